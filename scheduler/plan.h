@@ -32,6 +32,8 @@ struct StepPlan {
   int64_t step = 0;
   std::vector<int64_t> samples;
   std::vector<TaskPlan> tasks;
+  /// The planner's own prediction of the step time (0 when unknown).
+  double predicted_makespan_s = 0.0;
 };
 
 /// Read-only view of the length table with the context window applied.

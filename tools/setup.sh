@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages dcp needs; installs nothing that is already
+# there, so it is cheap to run before every build.
+#
+#   tools/setup.sh              # what `bazel build/test //...` needs
+#   tools/setup.sh build [...]  # the same, by group name
+#
+# Runs as root, or through sudo otherwise. Prints nothing when everything is
+# already installed, and the packages it installs when not.
+set -euo pipefail
+
+# Every package dcp needs, by group. Add a group (or packages to one) here and
+# nowhere else.
+declare -A PACKAGE_GROUPS=(
+  # Bazel from Debian with the rule sets WORKSPACE points at, the C++
+  # toolchain, and the system libraries of third_party/system_library.bzl.
+  [build]="bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib
+           g++ pkg-config
+           libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+           nlohmann-json3-dev
+           git ca-certificates"
+)
+
+usage() {
+  echo "usage: $0 [group...]   (groups: ${!PACKAGE_GROUPS[*]}; default: build)" >&2
+  exit 2
+}
+
+installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == \
+    "install ok installed" ]]
+}
+
+main() {
+  local groups=("$@")
+  ((${#groups[@]})) || groups=(build)
+
+  local group pkg missing=()
+  for group in "${groups[@]}"; do
+    [[ "${group}" != -* && -v "PACKAGE_GROUPS[${group}]" ]] || usage
+    for pkg in ${PACKAGE_GROUPS[${group}]}; do
+      installed "${pkg}" || missing+=("${pkg}")
+    done
+  done
+  ((${#missing[@]})) || return 0
+
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || {
+      echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+      exit 1
+    }
+    sudo=(sudo)
+  fi
+
+  echo "setup: installing ${missing[*]}"
+  local log
+  log="$(mktemp)"
+  if ! "${sudo[@]}" apt-get update -q >"${log}" 2>&1 ||
+    ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -q --no-install-recommends "${missing[@]}" \
+      >>"${log}" 2>&1; then
+    cat "${log}" >&2
+    rm -f "${log}"
+    echo "setup: apt-get failed (output above)" >&2
+    exit 1
+  fi
+  rm -f "${log}"
+}
+
+main "$@"
