@@ -20,8 +20,15 @@ struct PlannerOptions {
   /// plan with the least predicted step time is kept; more values plan better
   /// and slower.
   std::vector<double> split_thresholds = {0.25, 0.5, 1.0};
+  /// Each split threshold is tried with and without filling the groups'
+  /// spare memory with short sequences; all variants are estimated and,
+  /// when ranks get 16 or more sequences each on average, this many of the
+  /// most promising are planned in full (all of them otherwise). More plans
+  /// better and slower.
+  int finished_variants = 2;
   /// Ranks examined for each short sequence when dealing (the least loaded
-  /// ones): more finds better pack fits, fewer plans faster.
+  /// one and the least loaded of large rank ranges without it; at most 32):
+  /// more finds better pack fits, fewer plans faster.
   int candidate_ranks = 3;
   /// Improving moves tried against the predicted makespan after dealing.
   int refine_moves = 256;
