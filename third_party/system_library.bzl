@@ -17,8 +17,15 @@ def _pkg_config(ctx, args):
 
 def _system_library_impl(ctx):
     modules = ctx.attr.modules
-    cflags = _pkg_config(ctx, ["--cflags"] + modules)
-    libs = _pkg_config(ctx, ["--libs"] + modules)
+
+    # Libraries without a pkg-config file (e.g. Debian's libgloo) name their
+    # link options directly and a header that proves they are installed.
+    for header in ctx.attr.required_headers:
+        if not ctx.path(header).exists:
+            fail("%s is missing: run tools/setup.sh to install the Debian " % header +
+                 "packages dcp builds against.")
+    cflags = _pkg_config(ctx, ["--cflags"] + modules) if modules else []
+    libs = _pkg_config(ctx, ["--libs"] + modules) if modules else []
 
     defines = []
     includes = []
@@ -59,7 +66,8 @@ cc_library(
 system_library = repository_rule(
     implementation = _system_library_impl,
     attrs = {
-        "modules": attr.string_list(mandatory = True),
+        "modules": attr.string_list(default = []),
+        "required_headers": attr.string_list(default = []),
         "extra_linkopts": attr.string_list(default = []),
     },
     environ = ["PKG_CONFIG_PATH"],

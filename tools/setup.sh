@@ -18,7 +18,7 @@ declare -A PACKAGE_GROUPS=(
            g++ pkg-config
            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
            libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-           nlohmann-json3-dev
+           nlohmann-json3-dev libgloo-dev
            git ca-certificates"
 )
 
