@@ -503,10 +503,11 @@ class RankTree {
     double key;
     int rank;
   };
+  // `a` is the left (lower ranks) child, so ties keep the lower rank. Padding
+  // leaves past the last rank hold a key that never wins, so they need no
+  // test of their own.
   static Node Win(const Node& a, const Node& b) {
-    if (a.rank < 0) return b;
-    if (b.rank < 0) return a;
-    return (kMost ? b.key > a.key : b.key < a.key) ? b : a;  // ties: lower rank
+    return (kMost ? b.key > a.key : b.key < a.key) ? b : a;
   }
   int leaves_ = 1;
   std::vector<Node> node_;
