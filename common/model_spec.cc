@@ -99,12 +99,10 @@ absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
     int* dst;
     bool required;
   };
-  IntField fields[] = {{"layers", &m.layers, true},
-                       {"hidden", &m.hidden, true},
-                       {"heads", &m.heads, true},
-                       {"kv_heads", &m.kv_heads, false},
-                       {"ffn", &m.ffn, true},
-                       {"vocab", &m.vocab, false}};
+  IntField fields[] = {
+      {"layers", &m.layers, true}, {"hidden", &m.hidden, true},
+      {"heads", &m.heads, true},   {"kv_heads", &m.kv_heads, false},
+      {"ffn", &m.ffn, true},       {"vocab", &m.vocab, false}};
   for (const IntField& f : fields) {
     if (!j.contains(f.key)) {
       if (f.required) {

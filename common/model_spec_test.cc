@@ -45,14 +45,16 @@ TEST(ModelSpecTest, RejectsBadConfigsWithActionableMessages) {
       ParseModelConfig(R"({"layers": 2, "hidden": 64, "heads": 4})", "b.json")
           .status();
   EXPECT_NE(missing.message().find("'ffn'"), std::string::npos);
-  absl::Status bad_type = ParseModelConfig(
-      R"({"layers": "two", "hidden": 64, "heads": 4, "ffn": 8})", "c.json")
-                              .status();
+  absl::Status bad_type =
+      ParseModelConfig(
+          R"({"layers": "two", "hidden": 64, "heads": 4, "ffn": 8})", "c.json")
+          .status();
   EXPECT_NE(bad_type.message().find("'layers'"), std::string::npos);
-  absl::Status bad_kv = ParseModelConfig(
-      R"({"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 3, "ffn": 8})",
-      "d.json")
-                            .status();
+  absl::Status bad_kv =
+      ParseModelConfig(
+          R"({"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 3, "ffn": 8})",
+          "d.json")
+          .status();
   EXPECT_NE(bad_kv.message().find("kv_heads"), std::string::npos);
 }
 

@@ -12,10 +12,10 @@
 #define DCP_STATUS_CONCAT_INNER_(a, b) a##b
 #define DCP_STATUS_CONCAT_(a, b) DCP_STATUS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::absl::Status dcp_status_ = (expr);             \
-    if (!dcp_status_.ok()) return dcp_status_;       \
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    ::absl::Status dcp_status_ = (expr);       \
+    if (!dcp_status_.ok()) return dcp_status_; \
   } while (0)
 
 #define DCP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
@@ -23,7 +23,7 @@
   if (!tmp.ok()) return std::move(tmp).status();   \
   lhs = std::move(tmp).value()
 
-#define ASSIGN_OR_RETURN(lhs, expr)                                          \
+#define ASSIGN_OR_RETURN(lhs, expr)                                            \
   DCP_ASSIGN_OR_RETURN_IMPL_(DCP_STATUS_CONCAT_(dcp_statusor_, __LINE__), lhs, \
                              expr)
 

@@ -17,7 +17,8 @@ namespace dcp {
 /// `path` made absolute against `working_dir` when it is relative and
 /// `working_dir` is not empty (`bazel run` changes the working directory
 /// and passes the user's in BUILD_WORKING_DIRECTORY).
-std::string ResolvePath(const std::string& path, const std::string& working_dir);
+std::string ResolvePath(const std::string& path,
+                        const std::string& working_dir);
 
 /// Reads lengths; `format` is a name for ParseLengthFormat or "auto" (by
 /// extension); `column` is the CSV/TSV column or JSONL field ("" = default).

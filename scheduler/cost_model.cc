@@ -78,10 +78,9 @@ double CostModel::TaskSeconds(int p, bool intra_node,
 }
 
 double CostModel::MemoryBytes(double tokens_per_gpu, double recompute) const {
-  return c_.mem_static +
-         tokens_per_gpu * ((1.0 - recompute) * c_.mem_token +
-                           recompute * c_.mem_token_recompute +
-                           c_.mem_token_base);
+  return c_.mem_static + tokens_per_gpu * ((1.0 - recompute) * c_.mem_token +
+                                           recompute * c_.mem_token_recompute +
+                                           c_.mem_token_base);
 }
 
 double CostModel::MaxTokensPerGpu(double recompute) const {
@@ -130,11 +129,15 @@ absl::StatusOr<CostModel> CostModel::Fit(
   // Relative parametrisation: coefficient_j = current_j * (1 + delta_j), so
   // the prior pulls every delta to 0 on the same scale, and residuals are
   // divided by the measured time so that long and short tasks count alike.
-  const double base[kNumTimeFeatures] = {
-      c_.lin,           c_.attn,           c_.a2a_byte_intra, c_.a2a_fixed_intra,
-      c_.a2a_byte_inter, c_.a2a_fixed_inter, c_.fixed};
-  std::vector<std::vector<double>> ata(kNumTimeFeatures,
-                                       std::vector<double>(kNumTimeFeatures, 0));
+  const double base[kNumTimeFeatures] = {c_.lin,
+                                         c_.attn,
+                                         c_.a2a_byte_intra,
+                                         c_.a2a_fixed_intra,
+                                         c_.a2a_byte_inter,
+                                         c_.a2a_fixed_inter,
+                                         c_.fixed};
+  std::vector<std::vector<double>> ata(
+      kNumTimeFeatures, std::vector<double>(kNumTimeFeatures, 0));
   std::vector<double> atb(kNumTimeFeatures, 0);
   for (size_t i = 0; i < observations.size(); ++i) {
     const TaskObservation& o = observations[i];
@@ -185,9 +188,12 @@ absl::StatusOr<CostModel> CostModel::Fit(
     return absl::InternalError("cost model fit: singular system");
   }
   Coefficients c = c_;
-  double* out[kNumTimeFeatures] = {&c.lin,           &c.attn,
-                                   &c.a2a_byte_intra, &c.a2a_fixed_intra,
-                                   &c.a2a_byte_inter, &c.a2a_fixed_inter,
+  double* out[kNumTimeFeatures] = {&c.lin,
+                                   &c.attn,
+                                   &c.a2a_byte_intra,
+                                   &c.a2a_fixed_intra,
+                                   &c.a2a_byte_inter,
+                                   &c.a2a_fixed_inter,
                                    &c.fixed};
   for (int j = 0; j < kNumTimeFeatures; ++j) {
     // A coefficient may shrink a lot but never turn negative.
@@ -218,7 +224,8 @@ absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
     line = absl::StripTrailingAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     if (!header_seen) {
-      if (line != "length,group_size,recompute,intra_node,seconds,memory_bytes") {
+      if (line !=
+          "length,group_size,recompute,intra_node,seconds,memory_bytes") {
         return absl::InvalidArgumentError(absl::StrCat(
             source_name, ":", line_no,
             ": expected the header "
@@ -239,7 +246,8 @@ absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
     int64_t length = 0;
     int intra = 0;
     if (!absl::SimpleAtoi(f[0], &length) || length <= 0) {
-      return bad(absl::StrCat("length must be a positive integer, got '", f[0], "'"));
+      return bad(
+          absl::StrCat("length must be a positive integer, got '", f[0], "'"));
     }
     if (!absl::SimpleAtoi(f[1], &o.group_size) || o.group_size <= 0) {
       return bad(absl::StrCat("group_size must be a positive integer, got '",
@@ -256,8 +264,8 @@ absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
       return bad(absl::StrCat("seconds must be positive, got '", f[4], "'"));
     }
     if (!absl::SimpleAtod(f[5], &o.memory_bytes) || !(o.memory_bytes >= 0)) {
-      return bad(absl::StrCat("memory_bytes must be non-negative, got '", f[5],
-                              "'"));
+      return bad(
+          absl::StrCat("memory_bytes must be non-negative, got '", f[5], "'"));
     }
     o.intra_node = intra == 1;
     o.lengths = {length};
@@ -274,7 +282,8 @@ absl::StatusOr<std::vector<TaskObservation>> LoadProfileTable(
     const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot open profile table '", path, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open profile table '", path, "'"));
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
@@ -282,13 +291,15 @@ absl::StatusOr<std::vector<TaskObservation>> LoadProfileTable(
 }
 
 std::string FormatProfileTable(absl::Span<const TaskObservation> observations) {
-  std::string out = "length,group_size,recompute,intra_node,seconds,memory_bytes\n";
+  std::string out =
+      "length,group_size,recompute,intra_node,seconds,memory_bytes\n";
   for (const TaskObservation& o : observations) {
     int64_t length = 0;
     for (int64_t s : o.lengths) length += s;
     absl::StrAppend(&out, length, ",", o.group_size, ",", o.recompute, ",",
-                    o.intra_node ? 1 : 0, ",", absl::StrFormat("%.9g", o.seconds),
-                    ",", absl::StrFormat("%.0f", o.memory_bytes), "\n");
+                    o.intra_node ? 1 : 0, ",",
+                    absl::StrFormat("%.9g", o.seconds), ",",
+                    absl::StrFormat("%.0f", o.memory_bytes), "\n");
   }
   return out;
 }

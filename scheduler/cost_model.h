@@ -47,15 +47,15 @@ class CostModel {
  public:
   /// The fitted coefficients, in seconds, bytes and tokens.
   struct Coefficients {
-    double lin = 0;         ///< s per token per GPU per (3 + r) unit
-    double gemm_half = 0;   ///< tokens of GEMM inefficiency per task
-    double attn = 0;        ///< s per (3.5 + r) per s*(s + attn_half) token^2
+    double lin = 0;        ///< s per token per GPU per (3 + r) unit
+    double gemm_half = 0;  ///< tokens of GEMM inefficiency per task
+    double attn = 0;       ///< s per (3.5 + r) per s*(s + attn_half) token^2
     double attn_half = 0;
     double a2a_byte_intra = 0;  ///< s per byte of all-to-all volume
     double a2a_fixed_intra = 0;
     double a2a_byte_inter = 0;
     double a2a_fixed_inter = 0;
-    double fixed = 0;  ///< s per task
+    double fixed = 0;      ///< s per task
     double grad_sync = 0;  ///< s of gradient synchronisation per step
     double mem_static = 0;
     double mem_token = 0;
@@ -99,7 +99,8 @@ class CostModel {
                                 double prior_weight = 1.0) const;
 
   /// Mean relative error |predicted - measured| / measured over observations.
-  double MeanRelativeError(absl::Span<const TaskObservation> observations) const;
+  double MeanRelativeError(
+      absl::Span<const TaskObservation> observations) const;
 
  private:
   double AllToAllVolume(double tokens_per_gpu, int p) const;

@@ -102,8 +102,8 @@ TEST(CostModelTest, StrongPriorMovesLittle) {
 }
 
 TEST(CostModelTest, FitRejectsNonsense) {
-  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(),
-                                         *BuiltinModel("llama3-8b"), 32);
+  CostModel sheet =
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
   TaskObservation bad;
   bad.group_size = 1;
   bad.lengths = {100};
@@ -152,8 +152,9 @@ TEST(ProfileTableTest, ErrorsNameTheLine) {
           .status();
   EXPECT_NE(s.message().find("p.csv:3"), std::string::npos) << s;
   EXPECT_NE(s.message().find("group_size"), std::string::npos) << s;
-  EXPECT_NE(ParseProfileTable("a,b\n", "q.csv").status().message().find("header"),
-            std::string::npos);
+  EXPECT_NE(
+      ParseProfileTable("a,b\n", "q.csv").status().message().find("header"),
+      std::string::npos);
   EXPECT_NE(ParseProfileTable(
                 "length,group_size,recompute,intra_node,seconds,memory_bytes\n"
                 "1024,2,1.5,1,0.1,100\n",

@@ -83,8 +83,9 @@ absl::Status Run() {
     options.steps = absl::GetFlag(FLAGS_steps);
     options.seed = absl::GetFlag(FLAGS_seed);
     options.now_ns = NowNs;
-    ASSIGN_OR_RETURN(std::vector<int32_t> lengths,
-                     LoadLengths(absl::StrCat(data_dir, "/", sc.trace), "text", ""));
+    ASSIGN_OR_RETURN(
+        std::vector<int32_t> lengths,
+        LoadLengths(absl::StrCat(data_dir, "/", sc.trace), "text", ""));
     LengthView view(lengths, options.window);
     ASSIGN_OR_RETURN(EvaluationResult r, Evaluate(view, options));
 
@@ -118,9 +119,10 @@ absl::Status Run() {
         }
         out.push_back(row);
       } else {
-        std::printf("%-3s %-16s %-13s %5d %8.3f %9.0f %9.4f %8.3f %8.3f %8.3f\n",
-                    sc.name, f->name.c_str(), sc.model, sc.world_size, step_s,
-                    tps, ratio, vs[0], vs[1], vs[2]);
+        std::printf(
+            "%-3s %-16s %-13s %5d %8.3f %9.0f %9.4f %8.3f %8.3f %8.3f\n",
+            sc.name, f->name.c_str(), sc.model, sc.world_size, step_s, tps,
+            ratio, vs[0], vs[1], vs[2]);
       }
     }
     if (!json) {

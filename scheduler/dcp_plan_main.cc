@@ -19,14 +19,16 @@
 #include "scheduler/plan_io.h"
 
 ABSL_FLAG(std::string, lengths, "", "Length metadata file (required).");
-ABSL_FLAG(std::string, format, "auto",
-          "text, csv, tsv, jsonl, npy, idx, video_csv, or auto (by extension).");
+ABSL_FLAG(
+    std::string, format, "auto",
+    "text, csv, tsv, jsonl, npy, idx, video_csv, or auto (by extension).");
 ABSL_FLAG(std::string, column, "", "CSV/TSV column or JSONL field of lengths.");
 ABSL_FLAG(std::string, model, "llama3-8b", "Built-in model name.");
 ABSL_FLAG(std::string, model_config, "",
           "JSON model description; overrides --model.");
 ABSL_FLAG(int, world_size, 32, "Number of GPUs.");
-ABSL_FLAG(int64_t, window, 131072, "Context window; longer samples are truncated.");
+ABSL_FLAG(int64_t, window, 131072,
+          "Context window; longer samples are truncated.");
 ABSL_FLAG(int64_t, tokens_per_step, 2097152, "Token budget of a global batch.");
 ABSL_FLAG(int, steps, 20, "Steps to plan.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
@@ -50,9 +52,10 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--lengths is required");
   }
   EvaluationOptions options;
-  ASSIGN_OR_RETURN(options.model,
-                   ResolveModel(absl::GetFlag(FLAGS_model),
-                                ResolvePath(absl::GetFlag(FLAGS_model_config), wd)));
+  ASSIGN_OR_RETURN(
+      options.model,
+      ResolveModel(absl::GetFlag(FLAGS_model),
+                   ResolvePath(absl::GetFlag(FLAGS_model_config), wd)));
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.window = absl::GetFlag(FLAGS_window);
   options.tokens_per_step = absl::GetFlag(FLAGS_tokens_per_step);
@@ -67,25 +70,27 @@ absl::Status Run() {
         "--world_size, --window and --tokens_per_step must be positive");
   }
   if (!absl::GetFlag(FLAGS_profile).empty()) {
-    ASSIGN_OR_RETURN(std::vector<TaskObservation> profile,
-                     LoadProfileTable(ResolvePath(absl::GetFlag(FLAGS_profile), wd)));
-    ASSIGN_OR_RETURN(CostModel fitted,
-                     CostModel::FromSpecs(options.cluster, options.model,
-                                          options.world_size)
-                         .Fit(profile));
+    ASSIGN_OR_RETURN(
+        std::vector<TaskObservation> profile,
+        LoadProfileTable(ResolvePath(absl::GetFlag(FLAGS_profile), wd)));
+    ASSIGN_OR_RETURN(
+        CostModel fitted,
+        CostModel::FromSpecs(options.cluster, options.model, options.world_size)
+            .Fit(profile));
     options.cost_model = fitted;
   }
-  ASSIGN_OR_RETURN(std::vector<int32_t> lengths,
-                   LoadLengths(ResolvePath(absl::GetFlag(FLAGS_lengths), wd),
-                               absl::GetFlag(FLAGS_format),
-                               absl::GetFlag(FLAGS_column)));
+  ASSIGN_OR_RETURN(
+      std::vector<int32_t> lengths,
+      LoadLengths(ResolvePath(absl::GetFlag(FLAGS_lengths), wd),
+                  absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_column)));
   LengthView view(lengths, options.window);
   ASSIGN_OR_RETURN(EvaluationResult result, Evaluate(view, options));
 
   if (!absl::GetFlag(FLAGS_out).empty()) {
-    ASSIGN_OR_RETURN(PlanFileWriter writer,
-                     PlanFileWriter::Open(ResolvePath(absl::GetFlag(FLAGS_out), wd)));
-    for (const StepPlan& plan : result.plans) RETURN_IF_ERROR(writer.Write(plan));
+    ASSIGN_OR_RETURN(PlanFileWriter writer, PlanFileWriter::Open(ResolvePath(
+                                                absl::GetFlag(FLAGS_out), wd)));
+    for (const StepPlan& plan : result.plans)
+      RETURN_IF_ERROR(writer.Write(plan));
     RETURN_IF_ERROR(writer.Close());
   }
   const std::string stats = StatsJson(options, result);

@@ -14,17 +14,16 @@ double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   const double rank = std::ceil(p / 100.0 * values.size());
-  const size_t index =
-      static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(values.size())));
+  const size_t index = static_cast<size_t>(
+      std::clamp(rank, 1.0, static_cast<double>(values.size())));
   return values[index - 1];
 }
 
 namespace {
 
 absl::Status AsInternal(const absl::Status& s, const std::string& who) {
-  return absl::InternalError(
-      absl::StrCat(who, " produced a plan the reference cluster rejects: ",
-                   s.message()));
+  return absl::InternalError(absl::StrCat(
+      who, " produced a plan the reference cluster rejects: ", s.message()));
 }
 
 }  // namespace
@@ -60,8 +59,8 @@ absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
   double error_sum = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const int64_t start = options.now_ns();
-    ASSIGN_OR_RETURN(StepPlan plan,
-                     planner.PlanStep(static_cast<int64_t>(i), steps[i], lengths));
+    ASSIGN_OR_RETURN(StepPlan plan, planner.PlanStep(static_cast<int64_t>(i),
+                                                     steps[i], lengths));
     result.plan_ms.push_back((options.now_ns() - start) / 1e6);
     absl::StatusOr<StepReport> report = ReplayStep(cluster, plan, lengths);
     if (!report.ok()) return AsInternal(report.status(), "the dcp planner");
@@ -95,7 +94,8 @@ absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
     }
     result.baselines.push_back(std::move(f));
   }
-  ASSIGN_OR_RETURN(TunedDynamicCp tuned_cp, TuneDynamicCp(cluster, lengths, steps));
+  ASSIGN_OR_RETURN(TunedDynamicCp tuned_cp,
+                   TuneDynamicCp(cluster, lengths, steps));
   result.dynamic_cp_config = tuned_cp.options;
   PlannerFigures cp;
   cp.name = "dynamic_cp";

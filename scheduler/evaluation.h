@@ -55,7 +55,8 @@ struct EvaluationResult {
   double lower_bound_s = 0;
   PlannerFigures dcp;
   /// Empty when baselines were not run.
-  std::vector<PlannerFigures> baselines;  // static_packed, static_balanced, dynamic_cp
+  std::vector<PlannerFigures>
+      baselines;  // static_packed, static_balanced, dynamic_cp
   StaticConfig static_packed_config;
   StaticConfig static_balanced_config;
   DynamicCpOptions dynamic_cp_config;

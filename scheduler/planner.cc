@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -47,6 +46,7 @@ struct LongTask {
   std::vector<int> extra;
   double tokens = 0;
   double units = 0;
+  double dur_intra = 0;  // with the riders, on one node
   int first_rank = 0;
 };
 
@@ -139,8 +139,8 @@ class StepPlanner {
   const int node_;
 
   absl::Span<const int64_t> samples_;  // the step's samples, as given
-  std::vector<Item> items_;  // the step's sequences, longest first
-  std::vector<double> max_tokens_;  // per recompute step k
+  std::vector<Item> items_;            // the step's sequences, longest first
+  std::vector<double> max_tokens_;     // per recompute step k
   int short_k_ = 0;
   double short_recompute_ = 0;
   double short_cap_ = 0;
@@ -210,13 +210,14 @@ GroupConfig StepPlanner::MakeConfig(const Item& it, int p, int k) const {
   // Marginal GPU-seconds per token of a short sequence added to the group
   // (linear and all-to-all work; attention is the same anywhere).
   const double step = 1024;
-  c.fill_cost_per_token =
-      p *
-      (model_.TaskSecondsFromSums(p, p <= node_, it.length + step, it.units, r) -
-       (p <= node_ ? c.dur_intra : c.dur_inter)) /
-      step;
-  c.fill_area = c.area - c.spare_tokens * std::max(0.0, short_cost_per_token_ -
-                                                            c.fill_cost_per_token);
+  c.fill_cost_per_token = p *
+                          (model_.TaskSecondsFromSums(
+                               p, p <= node_, it.length + step, it.units, r) -
+                           (p <= node_ ? c.dur_intra : c.dur_inter)) /
+                          step;
+  c.fill_area =
+      c.area - c.spare_tokens *
+                   std::max(0.0, short_cost_per_token_ - c.fill_cost_per_token);
   return c;
 }
 
@@ -228,10 +229,10 @@ absl::Status StepPlanner::AddGroupConfigs(int i) {
     if (k >= 0) configs.push_back(MakeConfig(it, p, k));
   }
   if (configs.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sample ", it.id, " of ", static_cast<int64_t>(it.length),
-        " tokens does not fit in memory on any group (sizes ",
-        absl::StrJoin(sizes_, ","), ") even with full recompute"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("sample ", it.id, " of ", static_cast<int64_t>(it.length),
+                     " tokens does not fit in memory on any group (sizes ",
+                     absl::StrJoin(sizes_, ","), ") even with full recompute"));
   }
   configs_.push_back(std::move(configs));
   return absl::OkStatus();
@@ -247,27 +248,25 @@ absl::Status StepPlanner::ComputeGroupConfigs() {
   item_cost_.resize(items_.size());
   double total_area = 0;
   const int n = static_cast<int>(items_.size());
-  for (int j = 0; j < n; ++j) {
-    const int i = j;
+  for (int i = 0; i < n; ++i) {
     const Item& it = items_[i];
     single_dur_[i] = PackCost(it.length, it.units);
     item_cost_[i] = single_dur_[i] - pack_overhead_;
     if (it.length > short_cap_) {
       RETURN_IF_ERROR(AddGroupConfigs(i));
       double best = std::numeric_limits<double>::infinity();
-      for (const GroupConfig& c : configs_.back()) best = std::min(best, c.area);
+      for (const GroupConfig& c : configs_.back())
+        best = std::min(best, c.area);
       total_area += best;
     } else {
       total_area += item_cost_[i] + pack_overhead_ * it.length / short_cap_;
     }
   }
   mean_load_ = total_area / world_;
-  const double min_limit =
-      *std::min_element(options_.split_thresholds.begin(),
-                        options_.split_thresholds.end()) *
-      mean_load_;
-  for (int j = static_cast<int>(configs_.size()); j < n; ++j) {
-    const int i = j;
+  const double min_limit = *std::min_element(options_.split_thresholds.begin(),
+                                             options_.split_thresholds.end()) *
+                           mean_load_;
+  for (int i = static_cast<int>(configs_.size()); i < n; ++i) {
     if (single_dur_[i] <= min_limit) break;
     RETURN_IF_ERROR(AddGroupConfigs(i));
   }
@@ -299,31 +298,30 @@ Draft StepPlanner::Build(double limit, bool fill) const {
   d.rank_packs.assign(world_, {});
   std::vector<int> short_items;
   short_items.reserve(items_.size());
-  for (size_t j = 0; j < items_.size(); ++j) {
-    const int i = static_cast<int>(j);
+  const int n = static_cast<int>(items_.size());
+  for (int i = 0; i < n; ++i) {
     const Item& it = items_[i];
-    if (j >= configs_.size() ||
+    if (i >= static_cast<int>(configs_.size()) ||
         (it.length <= short_cap_ && single_dur_[i] <= limit)) {
       short_items.push_back(i);
       continue;
     }
     // The config with the least GPU-seconds among those short enough, else
     // the shortest one.
+    auto dur = [&](const GroupConfig& c) {
+      return c.p <= node_ ? c.dur_intra : c.dur_inter;
+    };
+    auto area = [&](const GroupConfig& c) {
+      return fill ? c.fill_area : c.area;
+    };
     const GroupConfig* best = nullptr;
-    for (const GroupConfig& c : configs_[j]) {
-      const double dur = c.p <= node_ ? c.dur_intra : c.dur_inter;
-      const double area = fill ? c.fill_area : c.area;
-      if (dur <= limit &&
-          (best == nullptr || area < (fill ? best->fill_area : best->area))) {
+    for (const GroupConfig& c : configs_[i]) {
+      if (dur(c) <= limit && (best == nullptr || area(c) < area(*best)))
         best = &c;
-      }
     }
     if (best == nullptr) {
-      for (const GroupConfig& c : configs_[j]) {
-        const double dur = c.p <= node_ ? c.dur_intra : c.dur_inter;
-        const double best_dur =
-            best == nullptr ? 0 : (best->p <= node_ ? best->dur_intra : best->dur_inter);
-        if (best == nullptr || dur < best_dur) best = &c;
+      for (const GroupConfig& c : configs_[i]) {
+        if (best == nullptr || dur(c) < dur(*best)) best = &c;
       }
     }
     LongTask t;
@@ -334,17 +332,13 @@ Draft StepPlanner::Build(double limit, bool fill) const {
     d.long_tasks.push_back(std::move(t));
   }
   if (fill) Fill(&short_items, &d);
-  std::vector<double> dur_intra(items_.size());
-  for (const LongTask& t : d.long_tasks) dur_intra[t.item] = LongDuration(t, true);
-
   // Largest groups first, longest first: groups of one size then start on
   // ranks that the larger groups released together.
+  for (LongTask& t : d.long_tasks) t.dur_intra = LongDuration(t, true);
   std::sort(d.long_tasks.begin(), d.long_tasks.end(),
             [&](const LongTask& a, const LongTask& b) {
               if (a.config.p != b.config.p) return a.config.p > b.config.p;
-              if (dur_intra[a.item] != dur_intra[b.item]) {
-                return dur_intra[a.item] > dur_intra[b.item];
-              }
+              if (a.dur_intra != b.dur_intra) return a.dur_intra > b.dur_intra;
               return items_[a.item].id < items_[b.item].id;
             });
   int cached_p = -1;
@@ -358,7 +352,7 @@ Draft StepPlanner::Build(double limit, bool fill) const {
     double best_finish = std::numeric_limits<double>::infinity();
     double best_idle = 0;
     const Block* best = nullptr;
-    const double di = LongDuration(t, true);
+    const double di = t.dur_intra;
     const double de = LongDuration(t, false);
     for (const Block& b : blocks) {
       double start = 0, busy = 0;
@@ -376,7 +370,8 @@ Draft StepPlanner::Build(double limit, bool fill) const {
       }
     }
     t.first_rank = best->first;
-    for (int r = best->first; r < best->first + p; ++r) d.finish[r] = best_finish;
+    for (int r = best->first; r < best->first + p; ++r)
+      d.finish[r] = best_finish;
   }
   d.short_items = std::move(short_items);
   d.makespan = WaterLevel(d);
@@ -474,7 +469,8 @@ class RankTree {
     while (leaves_ < n) leaves_ *= 2;
     node_.assign(2 * leaves_, Node{kMost ? -kInf : kInf, -1});
     for (int r = 0; r < n; ++r) node_[leaves_ + r] = Node{finish[r], r};
-    for (int k = leaves_ - 1; k >= 1; --k) node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
+    for (int k = leaves_ - 1; k >= 1; --k)
+      node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
   }
   /// The winning rank (ties: the lowest).
   int Top() const { return node_[1].rank; }
@@ -520,7 +516,8 @@ void StepPlanner::Deal(const std::vector<int>& short_items, Draft* d) const {
   // finish time then moves in steps of at most ~1.5% of a pack, and dealing
   // takes a fraction of the time on steps of 10^5 sequences.
   RankTree</*kMost=*/false> tree(d->finish);
-  const int max_candidates = std::min(std::max(1, options_.candidate_ranks), 32);
+  const int max_candidates =
+      std::min(std::max(1, options_.candidate_ranks), 32);
   int candidate[32];
   d->next_item.assign(items_.size(), -1);
   const double run_tokens = short_cap_ / 64;
@@ -530,7 +527,8 @@ void StepPlanner::Deal(const std::vector<int>& short_items, Draft* d) const {
     double tokens = items_[short_items[j]].length;
     double add = item_cost_[short_items[j]];
     if (tokens <= run_tokens) {
-      while (end < n && tokens + items_[short_items[end]].length <= run_tokens) {
+      while (end < n &&
+             tokens + items_[short_items[end]].length <= run_tokens) {
         tokens += items_[short_items[end]].length;
         add += item_cost_[short_items[end]];
         ++end;
@@ -553,7 +551,8 @@ void StepPlanner::Deal(const std::vector<int>& short_items, Draft* d) const {
           fit = static_cast<int>(k);
         }
       }
-      const double finish = d->finish[rank] + add + (fit < 0 ? pack_overhead_ : 0.0);
+      const double finish =
+          d->finish[rank] + add + (fit < 0 ? pack_overhead_ : 0.0);
       if (finish < best_finish - 1e-12) {
         best_finish = finish;
         best_rank = rank;
@@ -588,7 +587,8 @@ void StepPlanner::Refine(Draft* d) const {
     int best_pack = -1, best_item = -1, best_prev = -1, best_dest = -1;
     double best_out = 0, best_in = 0;
     for (size_t k = 0; k < from.size(); ++k) {
-      for (int i = from[k].head, prev = -1; i >= 0; prev = i, i = d->next_item[i]) {
+      for (int i = from[k].head, prev = -1; i >= 0;
+           prev = i, i = d->next_item[i]) {
         const Item& it = items_[i];
         const double out =
             item_cost_[i] + (from[k].count == 1 ? pack_overhead_ : 0.0);
@@ -694,9 +694,9 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
                        " is outside the length table of ", lengths.size()));
     }
     if (lengths[id] <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "step ", step, ": sample ", id, " has non-positive length ",
-          lengths[id]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step, ": sample ", id,
+                       " has non-positive length ", lengths[id]));
     }
     items_[i].id = id;
     items_[i].length = static_cast<double>(lengths[id]);
@@ -750,12 +750,14 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
 
 }  // namespace
 
-Planner::Planner(CostModel model, PlannerOptions options, std::vector<int> sizes)
+Planner::Planner(CostModel model, PlannerOptions options,
+                 std::vector<int> sizes)
     : model_(std::move(model)),
       options_(std::move(options)),
       group_sizes_(std::move(sizes)) {}
 
-absl::StatusOr<Planner> Planner::Create(CostModel model, PlannerOptions options) {
+absl::StatusOr<Planner> Planner::Create(CostModel model,
+                                        PlannerOptions options) {
   if (options.world_size <= 0) {
     return absl::InvalidArgumentError("world_size must be positive");
   }

@@ -44,11 +44,13 @@ struct PlannerOptions {
 /// (never from the reference simulator). Thread-compatible: `PlanStep` is
 /// const and may run concurrently; `set_cost_model` may not.
 ///
-///   ASSIGN_OR_RETURN(Planner planner, Planner::Create(model, {.world_size = 32}));
-///   ASSIGN_OR_RETURN(StepPlan plan, planner.PlanStep(step, samples, lengths));
+///   ASSIGN_OR_RETURN(Planner planner, Planner::Create(model, {.world_size =
+///   32})); ASSIGN_OR_RETURN(StepPlan plan, planner.PlanStep(step, samples,
+///   lengths));
 class Planner {
  public:
-  static absl::StatusOr<Planner> Create(CostModel model, PlannerOptions options);
+  static absl::StatusOr<Planner> Create(CostModel model,
+                                        PlannerOptions options);
 
   /// Plans one global batch of `samples` (ids into `lengths`). Every sample
   /// goes into exactly one task; each gets the loss weight

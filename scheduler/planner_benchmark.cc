@@ -34,12 +34,13 @@ void PlanSteps(benchmark::State& state, int world, int64_t tokens_per_step,
   LengthView view(Wikipedia(), window);
   StepBuilderOptions so;
   so.tokens_per_step = tokens_per_step;
-  absl::StatusOr<std::vector<std::vector<int64_t>>> steps = BuildSteps(view, so, 4);
+  absl::StatusOr<std::vector<std::vector<int64_t>>> steps =
+      BuildSteps(view, so, 4);
   ModelSpec model = *BuiltinModel("llama3-8b");
   PlannerOptions po;
   po.world_size = world;
-  absl::StatusOr<Planner> planner =
-      Planner::Create(CostModel::FromSpecs(ClusterSpec::H200(), model, world), po);
+  absl::StatusOr<Planner> planner = Planner::Create(
+      CostModel::FromSpecs(ClusterSpec::H200(), model, world), po);
   if (!steps.ok() || !planner.ok()) {
     state.SkipWithError("setup failed");
     return;
@@ -61,7 +62,12 @@ void BM_PlanStep(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
   PlanSteps(state, world, int64_t{65536} * world, 131072);
 }
-BENCHMARK(BM_PlanStep)->Arg(32)->Arg(256)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanStep)
+    ->Arg(32)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond);
 
 void BM_ScenarioA(benchmark::State& state) {
   PlanSteps(state, 32, 2097152, 131072);

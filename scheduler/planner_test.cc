@@ -54,9 +54,9 @@ StepPlan PlanOrDie(const Cluster& s, absl::Span<const int64_t> ids,
 TEST(PlannerTest, PlansAreValidAndCoverEverySampleOnce) {
   ModelSpec odd = *BuiltinModel("dit-video-1.3b");  // 12 heads
   std::vector<Cluster> setups = {{*BuiltinModel("llama3-8b"), 32},
-                               {*BuiltinModel("llama3-70b"), 64},
-                               {odd, 24},  // group sizes 1, 2, 3, 4, 6, 12
-                               {*BuiltinModel("llama3-8b"), 8}};
+                                 {*BuiltinModel("llama3-70b"), 64},
+                                 {odd, 24},  // group sizes 1, 2, 3, 4, 6, 12
+                                 {*BuiltinModel("llama3-8b"), 8}};
   for (const Cluster& s : setups) {
     std::vector<int32_t> lengths = SkewedLengths(600, 11, 100000);
     LengthView view(lengths, 131072);
@@ -64,8 +64,8 @@ TEST(PlannerTest, PlansAreValidAndCoverEverySampleOnce) {
     StepPlan plan = PlanOrDie(s, ids, view);
     ReferenceCluster ref(s.cluster, s.model, s.world);
     absl::StatusOr<StepReport> report = ReplayStep(ref, plan, view);
-    ASSERT_TRUE(report.ok()) << s.model.name << " W=" << s.world << ": "
-                             << report.status();
+    ASSERT_TRUE(report.ok())
+        << s.model.name << " W=" << s.world << ": " << report.status();
     std::multiset<int64_t> seen;
     double weight_sum = 0;
     for (const TaskPlan& t : plan.tasks) {
@@ -198,8 +198,10 @@ TEST(PlannerTest, RejectsWhatCannotBePlanned) {
   EXPECT_EQ(planner->PlanStep(0, none, view).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<int64_t> outside = {5};
-  EXPECT_NE(planner->PlanStep(0, outside, view).status().message().find(
-                "outside the length table"),
+  EXPECT_NE(planner->PlanStep(0, outside, view)
+                .status()
+                .message()
+                .find("outside the length table"),
             std::string::npos);
   o.world_size = 0;
   EXPECT_FALSE(
@@ -210,9 +212,9 @@ TEST(PlannerTest, RejectsWhatCannotBePlanned) {
       Planner::Create(CostModel::FromSpecs(ClusterSpec::H200(), m, 8), o);
   ASSERT_TRUE(small.ok());
   std::vector<int64_t> first = {0};
-  EXPECT_NE(small->PlanStep(0, first, view).status().message().find(
-                "static memory"),
-            std::string::npos);
+  EXPECT_NE(
+      small->PlanStep(0, first, view).status().message().find("static memory"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -47,24 +47,26 @@ ReferenceCluster::TaskCost ReferenceCluster::Cost(
   for (int64_t s : seq_lengths) total_tokens += static_cast<double>(s);
   const double t = total_tokens / p;
 
-  const double lin_fwd = 2.0 * model_.ParamsPerLayer() * layers * total_tokens / p;
+  const double lin_fwd =
+      2.0 * model_.ParamsPerLayer() * layers * total_tokens / p;
   const double gemm_eff =
       cluster_.gemm_eff_max * t / (t + cluster_.gemm_eff_half_tokens);
-  c.linear_s = t > 0 ? lin_fwd * (3.0 + recompute) /
-                           (cluster_.peak_flops * gemm_eff)
-                     : 0.0;
+  c.linear_s =
+      t > 0 ? lin_fwd * (3.0 + recompute) / (cluster_.peak_flops * gemm_eff)
+            : 0.0;
   for (int64_t s : seq_lengths) {
-    if (s > 0) c.attention_s += AttentionSeconds(static_cast<double>(s), p, recompute);
+    if (s > 0)
+      c.attention_s += AttentionSeconds(static_cast<double>(s), p, recompute);
   }
   if (ranks.size() > 1) {
     const bool intra = IntraNode(ranks);
     const double bw = intra ? cluster_.intra_node_bw : cluster_.inter_node_bw;
     const double latency =
         intra ? cluster_.intra_node_latency_s : cluster_.inter_node_latency_s;
-    const double vol = 2.0 * t * d *
-                       (2.0 + 2.0 * std::max<double>(model_.kv_heads, p) /
-                                  model_.heads) *
-                       (p - 1.0) / p;
+    const double vol =
+        2.0 * t * d *
+        (2.0 + 2.0 * std::max<double>(model_.kv_heads, p) / model_.heads) *
+        (p - 1.0) / p;
     c.all_to_all_s = (vol / bw + 4.0 * latency) * layers * (2.0 + recompute);
   }
   c.overhead_s = cluster_.overhead_per_layer_s * layers;
@@ -79,7 +81,8 @@ double ReferenceCluster::SyncSeconds() const {
          cluster_.grad_sync_bw;
 }
 
-double ReferenceCluster::LowerBound(absl::Span<const int64_t> seq_lengths) const {
+double ReferenceCluster::LowerBound(
+    absl::Span<const int64_t> seq_lengths) const {
   double total_tokens = 0;
   double attention = 0;
   const double layers = model_.layers;
@@ -111,10 +114,9 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
   step_samples.reserve(plan.samples.size());
   for (int64_t id : plan.samples) {
     if (id < 0 || id >= lengths.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step ", plan.step, ": sample ", id,
-                       " is outside the length table of ", lengths.size(),
-                       " samples"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", plan.step, ": sample ", id,
+          " is outside the length table of ", lengths.size(), " samples"));
     }
     if (!step_samples.insert(id).second) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -138,19 +140,19 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
     if (p == 0) return error(i, "has no ranks");
     if (task.samples.empty()) return error(i, "has no samples");
     if (world % p != 0 || model.heads % p != 0) {
-      return error(i, absl::StrCat("group size ", p,
-                                   " must divide the world size (", world,
-                                   ") and the head count (", model.heads, ")"));
+      return error(
+          i, absl::StrCat("group size ", p, " must divide the world size (",
+                          world, ") and the head count (", model.heads, ")"));
     }
     if (!(task.recompute >= 0.0 && task.recompute <= 1.0)) {
-      return error(i, absl::StrCat("recompute ", task.recompute,
-                                   " is outside [0, 1]"));
+      return error(
+          i, absl::StrCat("recompute ", task.recompute, " is outside [0, 1]"));
     }
     for (int k = 0; k < p; ++k) {
       const int r = task.ranks[k];
       if (r < 0 || r >= world) {
-        return error(i, absl::StrCat("rank ", r, " is outside the world of ",
-                                     world));
+        return error(
+            i, absl::StrCat("rank ", r, " is outside the world of ", world));
       }
       if (k > 0 && r <= task.ranks[k - 1]) {
         return error(i, "ranks must be distinct and ascending");
@@ -163,17 +165,17 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
                                      " is not one of the step's samples"));
       }
       if (!seen.insert(id).second) {
-        return error(i, absl::StrCat("sample ", id,
-                                     " appears in more than one task"));
+        return error(
+            i, absl::StrCat("sample ", id, " appears in more than one task"));
       }
       seq.push_back(lengths[id]);
     }
     const ReferenceCluster::TaskCost c =
         cluster.Cost(task.ranks, seq, task.recompute);
     if (c.memory_bytes > cap) {
-      return error(i, absl::StrCat("needs ", c.memory_bytes / 1e9,
-                                   " GB per GPU; the cap is ", cap / 1e9,
-                                   " GB"));
+      return error(i,
+                   absl::StrCat("needs ", c.memory_bytes / 1e9,
+                                " GB per GPU; the cap is ", cap / 1e9, " GB"));
     }
     report.max_memory_bytes = std::max(report.max_memory_bytes, c.memory_bytes);
     double start = 0;

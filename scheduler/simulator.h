@@ -17,8 +17,8 @@ namespace dcp {
 /// never uses it to make decisions (it has its own `CostModel`). Immutable
 /// after construction, so safe to share between threads.
 ///
-///   ReferenceCluster cluster(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
-///   absl::StatusOr<StepReport> r = ReplayStep(cluster, plan, lengths);
+///   ReferenceCluster cluster(ClusterSpec::H200(), *BuiltinModel("llama3-8b"),
+///   32); absl::StatusOr<StepReport> r = ReplayStep(cluster, plan, lengths);
 class ReferenceCluster {
  public:
   ReferenceCluster(ClusterSpec cluster, ModelSpec model, int world_size);

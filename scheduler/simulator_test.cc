@@ -58,7 +58,8 @@ TEST(ReferenceClusterTest, SingleGpuTaskMatchesHandComputation) {
   EXPECT_DOUBLE_EQ(c.overhead_s, 2e-3);
   EXPECT_NEAR(c.total_s, c.linear_s + c.attention_s + 2e-3, 1e-15);
   // memory: 16*280000/4 + (0.5*34*100*2 + 0.5*2*100*2 + 3400)*400.
-  EXPECT_DOUBLE_EQ(c.memory_bytes, 16.0 * 280000 / 4 + (3400 + 200 + 3400) * 400.0);
+  EXPECT_DOUBLE_EQ(c.memory_bytes,
+                   16.0 * 280000 / 4 + (3400 + 200 + 3400) * 400.0);
 }
 
 TEST(ReferenceClusterTest, AllToAllUsesIntraOrInterNodeFigures) {
@@ -106,8 +107,8 @@ TEST(ReplayStepTest, LowerBoundMatchesFormula) {
   ReferenceCluster cluster(RoundCluster(), TinyModel(), 4);
   const std::vector<int64_t> seqs = {100, 300};
   const double linear = 6.0 * 90000 * 2 * 400 / (1e12 * 0.5);
-  const double attn = 3.5 * 400.0 * 1e4 / (1e12 * 0.25) +
-                      3.5 * 400.0 * 9e4 / (1e12 * 0.375);
+  const double attn =
+      3.5 * 400.0 * 1e4 / (1e12 * 0.25) + 3.5 * 400.0 * 9e4 / (1e12 * 0.375);
   const double sync = 2.0 * 3 / 4 * 2 * 280000 / 1e9;
   EXPECT_NEAR(cluster.LowerBound(seqs), (linear + attn) / 4 + sync, 1e-15);
 }
@@ -118,7 +119,8 @@ TEST(ReplayStepTest, TruncatesToTheWindow) {
   StepPlan plan;
   plan.samples = {0};
   plan.tasks.push_back({{0}, {0}, {}, 0.0});
-  absl::StatusOr<StepReport> r = ReplayStep(cluster, plan, LengthView(lens, 300));
+  absl::StatusOr<StepReport> r =
+      ReplayStep(cluster, plan, LengthView(lens, 300));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tokens, 300);
 }
@@ -148,7 +150,8 @@ TEST(ReplayStepTest, RejectsBrokenPlansNamingStepAndTask) {
   StepPlan bad_group;
   bad_group.samples = {0};
   bad_group.tasks.push_back({{0, 1, 2}, {0}, {}, 0.0});
-  EXPECT_NE(replay(bad_group).message().find("group size 3"), std::string::npos);
+  EXPECT_NE(replay(bad_group).message().find("group size 3"),
+            std::string::npos);
 
   StepPlan bad_rank;
   bad_rank.samples = {0};
