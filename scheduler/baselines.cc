@@ -441,18 +441,28 @@ absl::StatusOr<TunedDynamicCp> TuneDynamicCp(
   TunedDynamicCp best;
   best.total_makespan_s = std::numeric_limits<double>::infinity();
   for (int k : GridCandidates(smallest, layers)) {
-    const DynamicCpOptions options{GridRatio(k, layers), 0};
-    ASSIGN_OR_RETURN(
-        double total,
-        TotalMakespan(cluster, lengths, steps,
-                      [&](int64_t step, absl::Span<const int64_t> samples) {
-                        return PlanDynamicCp(cluster, lengths, step, samples,
-                                             options);
-                      }));
-    ++best.configs_tried;
-    if (total < best.total_makespan_s) {
-      best.options = options;
-      best.total_makespan_s = total;
+    // The per-rank token cap is tuned too: a smaller cap splits long
+    // sequences over larger groups, which can balance better.
+    const int64_t memory_cap =
+        DynamicCpCap(cluster, DynamicCpOptions{GridRatio(k, layers), 0});
+    for (int64_t cap : {memory_cap, memory_cap / 2, memory_cap / 4}) {
+      const DynamicCpOptions options{GridRatio(k, layers), cap};
+      if (cap <= 0 ||
+          !DynamicCpGroupSize(cluster, lengths.window(), cap).ok()) {
+        continue;
+      }
+      ASSIGN_OR_RETURN(
+          double total,
+          TotalMakespan(cluster, lengths, steps,
+                        [&](int64_t step, absl::Span<const int64_t> samples) {
+                          return PlanDynamicCp(cluster, lengths, step, samples,
+                                               options);
+                        }));
+      ++best.configs_tried;
+      if (total < best.total_makespan_s) {
+        best.options = options;
+        best.total_makespan_s = total;
+      }
     }
   }
   return best;

@@ -140,11 +140,13 @@ struct TunedDynamicCp {
   int configs_tried = 0;
 };
 
-/// Dynamic CP with the best recompute ratio: tries, on the 1/layers grid,
-/// the smallest ratio at which a sequence as long as the context window has
-/// a valid group size (memory cap, no extra cap), plus the grid values 1, 2,
-/// 4 and 8 steps above it and 1, and returns the one with the least total
-/// replayed makespan over `steps` (ties: the smaller ratio).
+/// Dynamic CP with the best recompute ratio and token cap: tries, on the
+/// 1/layers grid, the smallest ratio at which a sequence as long as the
+/// context window has a valid group size (memory cap, no extra cap), plus the
+/// grid values 1, 2, 4 and 8 steps above it and 1; for each, the memory cap
+/// and half and a quarter of it (where the window still fits); and returns
+/// the one with the least total replayed makespan over `steps` (ties: the
+/// smaller ratio, then the larger cap).
 /// INVALID_ARGUMENT when `steps` is empty or no ratio fits the window.
 absl::StatusOr<TunedDynamicCp> TuneDynamicCp(
     const ReferenceCluster& cluster, const LengthView& lengths,

@@ -398,7 +398,10 @@ TEST(DynamicCpTest, TuneStartsAtTheSmallestFeasibleRecompute) {
   absl::StatusOr<TunedDynamicCp> tuned =
       TuneDynamicCp(cluster, lengths, *steps);
   ASSERT_TRUE(tuned.ok()) << tuned.status();
-  EXPECT_EQ(tuned->configs_tried, 2);  // r = 0.5 and r = 1
+  // r = 0.5 and r = 1, each with the memory cap and the smaller caps at
+  // which the window still fits.
+  EXPECT_GE(tuned->configs_tried, 2);
+  EXPECT_LE(tuned->configs_tried, 6);
   EXPECT_GE(tuned->options.recompute, 0.5);
   for (double r : {0.5, 1.0}) {
     double total = 0;
