@@ -1,0 +1,694 @@
+#include "scheduler/control_plane.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "common/model_spec.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "scheduler/plan_proto.h"
+#include "scheduler/simulator.h"
+
+namespace dcp {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 4;
+
+/// A deterministic trace: mostly short samples, some long ones.
+std::vector<int32_t> Trace(int n) {
+  std::vector<int32_t> lengths;
+  uint64_t x = 12345;
+  for (int i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int32_t r = static_cast<int32_t>((x >> 33) % 1000);
+    lengths.push_back(r < 900 ? 128 + r * 4 : 8192 + (r - 900) * 200);
+  }
+  return lengths;
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  ControlPlaneOptions Options() {
+    ControlPlaneOptions o;
+    o.lengths = Trace(4000);
+    o.window = 32768;
+    o.model = *BuiltinModel("llama3-8b");
+    o.world_size = kWorld;
+    o.tokens_per_step = 65536;
+    o.seed = 7;
+    o.lookahead_steps = 3;
+    o.refit_every = 8;
+    o.session_id = "sess";
+    o.start_planner_thread = false;
+    o.clock = &clock_;
+    return o;
+  }
+
+  std::unique_ptr<ControlPlane> Start(ControlPlaneOptions options) {
+    absl::StatusOr<std::unique_ptr<ControlPlane>> cp =
+        ControlPlane::Start(std::move(options));
+    EXPECT_TRUE(cp.ok()) << cp.status();
+    return cp.ok() ? *std::move(cp) : nullptr;
+  }
+
+  static v1::RegisterRequest Hello(int rank, const std::string& host = "h") {
+    v1::RegisterRequest r;
+    r.set_rank(rank);
+    r.set_host(host);
+    r.set_gpu(rank % 8);
+    r.set_pid(1000 + rank);
+    r.set_world_size(kWorld);
+    return r;
+  }
+
+  static void RegisterAll(ControlPlane& cp) {
+    for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(cp.Register(Hello(r)).ok());
+  }
+
+  /// Rank `rank`'s timings of `view`'s step: the reference cluster's task
+  /// times scaled by `slowdown`.
+  static v1::TimingReport Report(const v1::RankStep& view,
+                                 double slowdown = 1.0) {
+    static const ReferenceCluster* cluster = new ReferenceCluster(
+        ClusterSpec::H200(), *BuiltinModel("llama3-8b"), kWorld);
+    v1::TimingReport report;
+    report.set_epoch(view.epoch());
+    report.set_step(view.step());
+    report.set_rank(view.rank());
+    for (int i = 0; i < view.tasks_size(); ++i) {
+      const v1::Task& task = view.tasks(i);
+      std::vector<int> ranks(task.ranks().begin(), task.ranks().end());
+      std::vector<int64_t> lengths(task.lengths().begin(),
+                                   task.lengths().end());
+      v1::TaskTiming* t = report.add_tasks();
+      t->set_task_index(task.task_index());
+      t->set_micro_step(i);
+      t->set_group_size(task.ranks_size());
+      int64_t tokens = 0;
+      for (int64_t l : lengths) tokens += l;
+      t->set_tokens(tokens);
+      t->mutable_sample_lengths()->Add(lengths.begin(), lengths.end());
+      t->set_recompute(task.recompute());
+      t->set_seconds(cluster->Cost(ranks, lengths, task.recompute()).total_s *
+                     slowdown);
+    }
+    report.set_sync_seconds(cluster->SyncSeconds() * slowdown);
+    return report;
+  }
+
+  /// Every rank reports `step` (taken from the kept plan).
+  static void ReportStep(ControlPlane& cp, int64_t step,
+                         double slowdown = 1.0) {
+    absl::StatusOr<v1::StepPlan> plan = cp.PlannedStep(step);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (int r = 0; r < kWorld; ++r) {
+      absl::StatusOr<v1::ReportAck> ack =
+          cp.ReportTimings(Report(RankView(*plan, r), slowdown));
+      ASSERT_TRUE(ack.ok()) << ack.status();
+    }
+  }
+
+  /// Everything stream `id` has to send right now.
+  static std::vector<StreamNext> Pull(ControlPlane& cp, int64_t id) {
+    std::vector<StreamNext> out;
+    while (true) {
+      StreamNext next = cp.NextForStream(id);
+      if (next.kind == StreamNext::Kind::kWait) return out;
+      out.push_back(next);
+      if (next.kind == StreamNext::Kind::kEnd) return out;
+    }
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+};
+
+TEST_F(ControlPlaneTest, RejectsBadOptions) {
+  ControlPlaneOptions o = Options();
+  o.world_size = 0;
+  EXPECT_EQ(ControlPlane::Start(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.lengths.clear();
+  EXPECT_THAT(ControlPlane::Start(o).status().message(), HasSubstr("empty"));
+  o = Options();
+  o.session_id = "a/b";
+  EXPECT_THAT(ControlPlane::Start(o).status().message(), HasSubstr("'/'"));
+  o = Options();
+  o.lookahead_steps = 0;
+  EXPECT_THAT(ControlPlane::Start(o).status().message(),
+              HasSubstr("lookahead_steps"));
+}
+
+TEST_F(ControlPlaneTest, RandomSessionIdIsHex) {
+  ControlPlaneOptions o = Options();
+  o.session_id.clear();
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  EXPECT_EQ(cp->session_id().size(), 16u);
+  EXPECT_EQ(cp->session_id().find_first_not_of("0123456789abcdef"),
+            std::string::npos);
+}
+
+TEST_F(ControlPlaneTest, RegisterValidatesAndReplaces) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  absl::Status bad = cp->Register(Hello(kWorld)).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("rank 4"));
+  EXPECT_EQ(cp->Register(Hello(-1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::RegisterRequest wrong_world = Hello(1);
+  wrong_world.set_world_size(8);
+  bad = cp->Register(wrong_world).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("world of 8 ranks"));
+
+  absl::StatusOr<v1::RegisterResponse> hello = cp->Register(Hello(1, "a"));
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->session_id(), "sess");
+  EXPECT_EQ(hello->epoch(), 0);
+  EXPECT_EQ(hello->world_size(), kWorld);
+  EXPECT_EQ(hello->gpus_per_node(), 8);
+  EXPECT_EQ(hello->model(), "llama3-8b");
+  EXPECT_EQ(hello->next_step(), 0);
+  EXPECT_GT(hello->max_message_bytes(), 0);
+
+  v1::RegisterRequest again = Hello(1, "b");
+  again.set_world_size(0);  // accept the scheduler's
+  ASSERT_TRUE(cp->Register(again).ok());
+  const v1::StatusResponse status = cp->Status();
+  EXPECT_EQ(status.ranks(1).host(), "b");
+  EXPECT_TRUE(status.ranks(1).registered());
+  EXPECT_FALSE(status.ranks(0).registered());
+}
+
+TEST_F(ControlPlaneTest, PlansAheadUpToTheLookahead) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 3);
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 0);
+  EXPECT_EQ(cp->Status().planned_steps(), 3);
+  EXPECT_EQ(cp->Status().completed_steps(), 0);
+
+  // Three of four ranks reporting does not complete a step.
+  absl::StatusOr<v1::StepPlan> step0 = cp->PlannedStep(0);
+  ASSERT_TRUE(step0.ok());
+  for (int r = 0; r < kWorld - 1; ++r) {
+    ASSERT_TRUE(cp->ReportTimings(Report(RankView(*step0, r))).ok());
+  }
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 0);
+  ASSERT_TRUE(cp->ReportTimings(Report(RankView(*step0, kWorld - 1))).ok());
+  EXPECT_EQ(cp->Status().completed_steps(), 1);
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 1);
+  EXPECT_EQ(cp->Status().planned_steps(), 4);
+  // The completed step is dropped, the others kept.
+  EXPECT_EQ(cp->PlannedStep(0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cp->PlannedStep(3).ok());
+  EXPECT_EQ(cp->Register(Hello(0)).value().next_step(), 1);
+}
+
+TEST_F(ControlPlaneTest, EverySampleInExactlyOneTaskOfOneStep) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  std::vector<int64_t> streams;
+  for (int r = 0; r < kWorld; ++r) {
+    streams.push_back(*cp->OpenStream(r, "sess", 0, [] {}));
+  }
+  std::set<int64_t> all_samples;
+  int64_t total_samples = 0;
+  std::vector<std::map<int64_t, v1::RankStep>> received(kWorld);
+  constexpr int kSteps = 8;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+    absl::StatusOr<v1::StepPlan> plan = cp->PlannedStep(step);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->step(), step);
+    EXPECT_EQ(plan->epoch(), 0);
+
+    std::multiset<int64_t> in_tasks;
+    for (const v1::Task& task : plan->tasks()) {
+      in_tasks.insert(task.samples().begin(), task.samples().end());
+    }
+    std::multiset<int64_t> in_step(plan->samples().begin(),
+                                   plan->samples().end());
+    EXPECT_EQ(in_tasks, in_step) << "step " << step;
+    for (int64_t id : plan->samples()) {
+      EXPECT_TRUE(all_samples.insert(id).second)
+          << "sample " << id << " in two steps";
+    }
+    total_samples += plan->samples_size();
+    EXPECT_GT(plan->predicted_makespan_s(), 0);
+
+    for (const v1::CommGroup& group : plan->groups()) {
+      EXPECT_EQ(group.rendezvous_prefix(),
+                absl::StrCat("sess/e0/g", absl::StrJoin(group.ranks(), "-")));
+    }
+
+    for (int r = 0; r < kWorld; ++r) {
+      // What the stream sends is the rank's view of the kept plan.
+      for (const StreamNext& next : Pull(*cp, streams[r])) {
+        ASSERT_EQ(next.kind, StreamNext::Kind::kSend);
+        const int64_t sent_step = next.update.step().step();
+        EXPECT_TRUE(received[r].emplace(sent_step, next.update.step()).second)
+            << "step " << sent_step << " sent twice to rank " << r;
+      }
+      ASSERT_EQ(received[r].count(step), 1u) << "rank " << r;
+      const v1::RankStep& view = received[r][step];
+      EXPECT_TRUE(MessageDifferencer::Equals(view, RankView(*plan, r)));
+      for (int i = 0; i < view.tasks_size(); ++i) {
+        const v1::Task& task = view.tasks(i);
+        auto it = std::find(task.ranks().begin(), task.ranks().end(), r);
+        ASSERT_NE(it, task.ranks().end());
+        EXPECT_EQ(task.micro_steps(it - task.ranks().begin()), i);
+      }
+      for (const v1::CommGroup& group : view.groups()) {
+        EXPECT_NE(std::find(group.ranks().begin(), group.ranks().end(), r),
+                  group.ranks().end());
+      }
+    }
+    ReportStep(*cp, step);
+  }
+  EXPECT_EQ(static_cast<int64_t>(all_samples.size()), total_samples);
+  EXPECT_EQ(cp->Status().completed_steps(), kSteps);
+}
+
+TEST_F(ControlPlaneTest, StreamsSendEachStepOnceInOrder) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  EXPECT_EQ(cp->OpenStream(2, "sess", 0, [] {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not registered
+  RegisterAll(*cp);
+  EXPECT_EQ(cp->OpenStream(2, "other", 0, [] {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cp->OpenStream(7, "sess", 0, [] {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  std::atomic<int> wakes2{0};
+  std::atomic<int> wakes3{0};
+  const int64_t s2 = *cp->OpenStream(2, "sess", 0, [&] { ++wakes2; });
+  EXPECT_TRUE(Pull(*cp, s2).empty());
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  EXPECT_EQ(wakes2.load(), 3);
+  std::vector<StreamNext> sent = Pull(*cp, s2);
+  ASSERT_EQ(sent.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sent[i].kind, StreamNext::Kind::kSend);
+    EXPECT_EQ(sent[i].update.step().step(), i);
+    EXPECT_EQ(sent[i].update.step().rank(), 2);
+  }
+  EXPECT_TRUE(Pull(*cp, s2).empty());  // nothing twice
+  EXPECT_EQ(cp->Status().ranks(2).last_sent_step(), 2);
+  EXPECT_TRUE(cp->Status().ranks(2).connected());
+
+  const int64_t s3 = *cp->OpenStream(3, "sess", 1, [&] { ++wakes3; });
+  sent = Pull(*cp, s3);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].update.step().step(), 1);
+
+  // A second stream of rank 2 replaces the first.
+  const int64_t s2b = *cp->OpenStream(2, "sess", 2, [] {});
+  EXPECT_EQ(wakes2.load(), 4);
+  sent = Pull(*cp, s2);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].kind, StreamNext::Kind::kEnd);
+  EXPECT_EQ(sent[0].end_status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Pull(*cp, s2b).size(), 1u);
+  cp->CloseStream(s2);
+  EXPECT_TRUE(cp->Status().ranks(2).connected());  // s2b is open
+
+  // Re-registration ends the open stream.
+  ASSERT_TRUE(cp->Register(Hello(3)).ok());
+  EXPECT_EQ(wakes3.load(), 1);  // opened after planning: woken only now
+  sent = Pull(*cp, s3);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].end_status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(sent[0].end_status.message(), HasSubstr("registered again"));
+  EXPECT_FALSE(cp->Status().ranks(3).connected());
+  cp->CloseStream(s3);
+  cp->CloseStream(s3);  // harmless
+}
+
+TEST_F(ControlPlaneTest, TimingReportsAreValidatedBeforeAnyChange) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  for (int r = 0; r < kWorld - 1; ++r) ASSERT_TRUE(cp->Register(Hello(r)).ok());
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  const v1::StepPlan plan = *cp->PlannedStep(0);
+  const v1::TimingReport good = Report(RankView(plan, 0));
+  ASSERT_GT(good.tasks_size(), 0);
+  absl::StatusOr<v1::ReportAck> ack = cp->ReportTimings(good);
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  EXPECT_EQ(ack->planned_through_step(), 2);
+  const v1::StatusResponse before = cp->Status();
+  EXPECT_EQ(before.timing_reports(), 1);
+  EXPECT_EQ(before.ranks(0).last_reported_step(), 0);
+
+  const v1::TimingReport good1 = Report(RankView(plan, 1));
+  auto expect_rejected = [&](const v1::TimingReport& report,
+                             absl::StatusCode code, const std::string& text) {
+    const absl::Status s = cp->ReportTimings(report).status();
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_THAT(s.message(), HasSubstr(text));
+    EXPECT_TRUE(MessageDifferencer::Equals(cp->Status(), before))
+        << "state changed after: " << s;
+  };
+
+  v1::TimingReport r = good1;
+  r.set_rank(9);
+  expect_rejected(r, absl::StatusCode::kInvalidArgument, "rank 9");
+  expect_rejected(Report(RankView(plan, 3)),
+                  absl::StatusCode::kFailedPrecondition, "not registered");
+  r = good1;
+  r.set_epoch(1);
+  expect_rejected(r, absl::StatusCode::kFailedPrecondition, "epoch 1");
+  r = good1;
+  r.set_step(3);
+  expect_rejected(r, absl::StatusCode::kInvalidArgument, "not been planned");
+  r.set_step(-1);
+  expect_rejected(r, absl::StatusCode::kInvalidArgument, "not been planned");
+  expect_rejected(good, absl::StatusCode::kAlreadyExists, "already reported");
+  r = good1;
+  r.mutable_tasks(0)->set_task_index(999);
+  expect_rejected(r, absl::StatusCode::kInvalidArgument, "task_index 999");
+  // A task of the step that does not run on rank 1.
+  for (const v1::Task& task : plan.tasks()) {
+    if (std::find(task.ranks().begin(), task.ranks().end(), 1) !=
+        task.ranks().end()) {
+      continue;
+    }
+    r = good1;
+    r.mutable_tasks(0)->set_task_index(task.task_index());
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "not on rank 1");
+    break;
+  }
+  if (good1.tasks_size() > 0) {
+    r = good1;
+    *r.add_tasks() = good1.tasks(0);
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "twice");
+    r = good1;
+    r.mutable_tasks()->RemoveLast();
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "reported");
+    r = good1;
+    r.mutable_tasks(0)->set_seconds(-1);
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "seconds");
+    r.mutable_tasks(0)->set_seconds(std::numeric_limits<double>::quiet_NaN());
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "seconds");
+    r = good1;
+    r.mutable_tasks(0)->set_group_size(3);
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "group size 3");
+    r = good1;
+    r.mutable_tasks(0)->set_tokens(1);
+    expect_rejected(r, absl::StatusCode::kInvalidArgument, "1 tokens");
+  }
+  r = good1;
+  r.set_sync_seconds(std::numeric_limits<double>::infinity());
+  expect_rejected(r, absl::StatusCode::kInvalidArgument, "sync_seconds");
+
+  // Still takes good reports after all that.
+  ASSERT_TRUE(cp->ReportTimings(good1).ok());
+  EXPECT_EQ(cp->Status().timing_reports(), 2);
+  EXPECT_EQ(cp->Status().ranks(1).lag_steps(), 2);
+}
+
+TEST_F(ControlPlaneTest, RefitLearnsASlowerCluster) {
+  ControlPlaneOptions o = Options();
+  std::vector<RefitEvent> refits;
+  o.on_refit = [&](const RefitEvent& e) { refits.push_back(e); };
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  const v1::StatusResponse initial = cp->Status();
+  EXPECT_EQ(initial.refits(), 0);
+
+  // Relative error of the predicted step time against what the 1.5x slower
+  // cluster measured, per step.
+  std::vector<double> step_errors;
+  constexpr int kSteps = 10;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+    const v1::StepPlan plan = *cp->PlannedStep(step);
+    double measured = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      const v1::TimingReport report = Report(RankView(plan, r), 1.5);
+      double busy = report.sync_seconds();
+      for (const v1::TaskTiming& t : report.tasks()) busy += t.seconds();
+      measured = std::max(measured, busy);
+    }
+    step_errors.push_back(std::abs(plan.predicted_makespan_s() - measured) /
+                          measured);
+    ReportStep(*cp, step, 1.5);
+  }
+
+  const v1::StatusResponse after = cp->Status();
+  EXPECT_GT(after.refits(), 0);
+  ASSERT_EQ(static_cast<int64_t>(refits.size()), after.refits());
+  EXPECT_EQ(refits.back().refits, after.refits());
+  EXPECT_LT(after.refit_error_after(), after.refit_error_before());
+  EXPECT_GT(initial.coefficients().at("lin"), 0);
+  EXPECT_GT(after.coefficients().at("lin"),
+            1.1 * initial.coefficients().at("lin"));
+  EXPECT_LT(after.model_error(), 0.5 * refits.front().error_before);
+  EXPECT_GT(after.step_error(), 0);
+  // Plans made with the refitted model predict the slower steps better.
+  EXPECT_LT(step_errors.back(), 0.6 * step_errors.front());
+}
+
+TEST_F(ControlPlaneTest, ProfileReportsBecomeObservations) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  v1::ProfileReport report;
+  report.set_rank(0);
+  for (int64_t length : {1024, 4096, 16384}) {
+    for (int p : {1, 2, 4}) {
+      v1::ProfileEntry* e = report.mutable_profile()->add_entries();
+      e->set_length(length);
+      e->set_group_size(p);
+      e->set_recompute(0.5);
+      e->set_seconds(1e-5 * length / p);
+    }
+  }
+  v1::ProfileReport bad = report;
+  bad.mutable_profile()->mutable_entries(1)->set_seconds(0);
+  const absl::Status s = cp->ReportProfile(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("entry 1"));
+  EXPECT_EQ(cp->Status().observations(), 0);
+  bad = report;
+  bad.mutable_profile()->mutable_entries(0)->set_group_size(5);
+  EXPECT_EQ(cp->ReportProfile(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  ASSERT_TRUE(cp->ReportProfile(report).ok());
+  EXPECT_EQ(cp->Status().observations(), 9);
+  EXPECT_EQ(cp->Status().refits(), 1);  // refit_every = 8
+  EXPECT_EQ(cp->Status().timing_reports(), 0);
+}
+
+TEST_F(ControlPlaneTest, StoreEnforcesItsLimits) {
+  ControlPlaneOptions o = Options();
+  o.store_max_keys = 3;
+  o.store_max_key_bytes = 32;
+  o.store_max_value_bytes = 16;
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+
+  ASSERT_TRUE(cp->StoreSet("sess", "sess/e0/g0-1/id", "abc").ok());
+  ASSERT_TRUE(cp->StoreSet("sess", "sess/e0/g0-1/id", "xyz").ok());
+  ASSERT_TRUE(cp->StoreSet("sess", "sess/e0/g2-3/id", "def").ok());
+  absl::StatusOr<std::vector<std::string>> got =
+      cp->StoreGet("sess", {"sess/e0/g2-3/id", "sess/e0/g0-1/id"});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::vector<std::string>{"def", "xyz"}));
+
+  absl::Status s =
+      cp->StoreGet("sess", {"sess/e0/g0-1/id", "sess/nope"}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("sess/nope"));
+  EXPECT_EQ(cp->StoreSet("other", "sess/e0/x", "v").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cp->StoreGet("other", {"sess/e0/x"}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  s = cp->StoreSet("sess", "other/e0/x", "v");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("must start with 'sess/'"));
+  EXPECT_EQ(cp->StoreSet("sess", "sess/", "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  s = cp->StoreSet("sess", "sess/" + std::string(40, 'k'), "v");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("limit is 32"));
+  s = cp->StoreSet("sess", "sess/e0/v", std::string(17, 'v'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("limit is 16"));
+
+  ASSERT_TRUE(cp->StoreSet("sess", "sess/e1/world", "w").ok());
+  s = cp->StoreSet("sess", "sess/e1/fourth", "v");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("3 keys"));
+  EXPECT_TRUE(cp->StoreSet("sess", "sess/e1/world", "w2").ok());  // replace
+
+  EXPECT_EQ(cp->PurgeStoreBefore(1), 2);
+  EXPECT_EQ(cp->StoreGet("sess", {"sess/e0/g0-1/id"}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(cp->StoreGet("sess", {"sess/e1/world"}).value()[0], "w2");
+  EXPECT_TRUE(cp->StoreSet("sess", "sess/e1/fourth", "v").ok());
+
+  o = Options();
+  o.store_max_total_bytes = 40;
+  cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  ASSERT_TRUE(cp->StoreSet("sess", "sess/a", std::string(16, 'v')).ok());
+  s = cp->StoreSet("sess", "sess/b", std::string(16, 'v'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("limit of 40"));
+}
+
+TEST_F(ControlPlaneTest, DrainEndsStreamsAfterTheLastPlannedStep) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  const int64_t s0 = *cp->OpenStream(0, "sess", 0, [] {});
+  ASSERT_EQ(cp->NextForStream(s0).update.step().step(), 0);
+
+  EXPECT_EQ(cp->Drain(/*stop=*/false), 2);
+  EXPECT_TRUE(cp->Status().draining());
+  EXPECT_FALSE(cp->Status().stopping());
+  ReportStep(*cp, 0);
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 0);  // no planning after a drain
+
+  std::vector<StreamNext> sent = Pull(*cp, s0);
+  ASSERT_EQ(sent.size(), 4u);
+  EXPECT_EQ(sent[0].update.step().step(), 1);
+  EXPECT_EQ(sent[1].update.step().step(), 2);
+  ASSERT_TRUE(sent[2].update.has_drain());
+  EXPECT_EQ(sent[2].update.drain().last_step(), 2);
+  EXPECT_EQ(sent[3].kind, StreamNext::Kind::kEnd);
+  EXPECT_TRUE(sent[3].end_status.ok());
+  EXPECT_FALSE(cp->stopped());  // no stop was asked for
+
+  // A stream opened after the drain gets the remaining steps, then drain.
+  const int64_t s1 = *cp->OpenStream(1, "sess", 1, [] {});
+  sent = Pull(*cp, s1);
+  ASSERT_EQ(sent.size(), 4u);  // 1, 2, drain, end
+  EXPECT_EQ(sent[2].update.drain().last_step(), 2);
+}
+
+TEST_F(ControlPlaneTest, StopWaitsForOpenStreams) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  const int64_t s0 = *cp->OpenStream(0, "sess", 0, [] {});
+  EXPECT_EQ(cp->Drain(/*stop=*/true), 2);
+  EXPECT_TRUE(cp->Status().stopping());
+  EXPECT_FALSE(cp->stopped());
+  EXPECT_FALSE(cp->WaitForStop(absl::ZeroDuration()));
+  std::vector<StreamNext> sent = Pull(*cp, s0);
+  ASSERT_EQ(sent.size(), 5u);
+  EXPECT_TRUE(sent[3].update.has_drain());
+  cp->CloseStream(s0);
+  EXPECT_TRUE(cp->stopped());
+  EXPECT_TRUE(cp->WaitForStop(absl::Seconds(5)));
+}
+
+TEST_F(ControlPlaneTest, MaxStepsDrainsByItself) {
+  ControlPlaneOptions o = Options();
+  o.max_steps = 2;
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 2);
+  EXPECT_TRUE(cp->Status().draining());
+  const int64_t s = *cp->OpenStream(3, "sess", 0, [] {});
+  std::vector<StreamNext> sent = Pull(*cp, s);
+  ASSERT_EQ(sent.size(), 4u);
+  EXPECT_EQ(sent[2].update.drain().last_step(), 1);
+}
+
+TEST_F(ControlPlaneTest, PlanningErrorDrainsAndIsReported) {
+  ControlPlaneOptions o = Options();
+  o.lengths = {4 << 20};  // fits no group at any recompute
+  o.window = 8 << 20;
+  o.tokens_per_step = 8 << 20;
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  const absl::Status s = cp->PlanAvailableSteps().status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("planning step 0"));
+  const v1::StatusResponse status = cp->Status();
+  EXPECT_TRUE(status.draining());
+  EXPECT_THAT(status.planner_error(), HasSubstr("step 0"));
+  const int64_t stream = *cp->OpenStream(0, "sess", 0, [] {});
+  std::vector<StreamNext> sent = Pull(*cp, stream);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].update.drain().last_step(), -1);
+}
+
+TEST_F(ControlPlaneTest, IdleSecondsFollowTheInjectedClock) {
+  auto cp = Start(Options());
+  ASSERT_NE(cp, nullptr);
+  ASSERT_TRUE(cp->Register(Hello(0)).ok());
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_DOUBLE_EQ(cp->Status().ranks(0).idle_seconds(), 5.0);
+  EXPECT_DOUBLE_EQ(cp->Status().ranks(1).idle_seconds(), 0.0);
+  ASSERT_TRUE(cp->OpenStream(0, "sess", 0, [] {}).ok());
+  EXPECT_DOUBLE_EQ(cp->Status().ranks(0).idle_seconds(), 0.0);
+}
+
+TEST_F(ControlPlaneTest, PlannerThreadPlansAheadAndShutdownEndsStreams) {
+  ControlPlaneOptions o = Options();
+  o.start_planner_thread = true;
+  o.clock = nullptr;
+  std::atomic<int> planned{0};
+  o.on_step_planned = [&](const PlannedStepEvent& e) {
+    EXPECT_EQ(e.step, planned.load());
+    EXPECT_GT(e.tokens, 0);
+    ++planned;
+  };
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  std::atomic<int> wakes{0};
+  const int64_t s = *cp->OpenStream(0, "sess", 0, [&] { ++wakes; });
+  ASSERT_TRUE(cp->AwaitPlanned(3, absl::Seconds(20)));
+  EXPECT_FALSE(cp->AwaitPlanned(4, absl::Milliseconds(50)));  // look-ahead
+  EXPECT_GE(wakes.load(), 3);
+  EXPECT_EQ(Pull(*cp, s).size(), 3u);
+  ReportStep(*cp, 0);
+  ASSERT_TRUE(cp->AwaitPlanned(4, absl::Seconds(20)));
+  std::vector<StreamNext> sent = Pull(*cp, s);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].update.step().step(), 3);
+
+  cp->Shutdown();
+  sent = Pull(*cp, s);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].end_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(cp->OpenStream(1, "sess", 0, [] {}).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(cp->AwaitPlanned(100, absl::Seconds(20)));  // returns at once
+  cp.reset();  // joins the planner thread
+  EXPECT_GE(planned.load(), 4);
+}
+
+}  // namespace
+}  // namespace dcp

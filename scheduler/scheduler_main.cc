@@ -1,0 +1,275 @@
+// dcp-scheduler: the control-plane daemon. Plans steps ahead of the agents,
+// streams each rank its part, learns from their timings, and keeps the
+// rendezvous store; see proto/scheduler_service.proto.
+//
+//   dcp-scheduler --lengths=data/lengths/wikipedia.txt --model=llama3-8b
+//     --world_size=32 --window=131072 --tokens_per_step=2097152
+//     --listen=0.0.0.0:50051 --port_file=/tmp/dcp.port
+//
+// SIGINT/SIGTERM drain and stop (the daemon exits once every plan stream has
+// ended); a second signal exits at once.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
+#include "scheduler/cli_common.h"
+#include "scheduler/control_plane.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/scheduler_server.h"
+
+ABSL_FLAG(std::string, lengths, "", "Length metadata file (required).");
+ABSL_FLAG(
+    std::string, format, "auto",
+    "text, csv, tsv, jsonl, npy, idx, video_csv, or auto (by extension).");
+ABSL_FLAG(std::string, column, "", "CSV/TSV column or JSONL field of lengths.");
+ABSL_FLAG(std::string, model, "llama3-8b", "Built-in model name.");
+ABSL_FLAG(std::string, model_config, "",
+          "JSON model description; overrides --model.");
+ABSL_FLAG(int, world_size, 32, "Number of ranks (GPUs) in the job.");
+ABSL_FLAG(int, gpus_per_node, 8,
+          "GPUs per node: groups within a node use the intra-node links.");
+ABSL_FLAG(int64_t, window, 131072,
+          "Context window; longer samples are truncated.");
+ABSL_FLAG(int64_t, tokens_per_step, 2097152, "Token budget of a global batch.");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
+ABSL_FLAG(int, lookahead_steps, 4,
+          "Steps planned ahead of the last step every rank has reported.");
+ABSL_FLAG(int, balance_steps, 0,
+          "Steps the step builder looks ahead to even out steps (dcp-plan's "
+          "--lookahead_steps; 0 = off).");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "Stop planning after this many steps and drain (0 = unlimited).");
+ABSL_FLAG(std::string, profile, "",
+          "Profile table (CSV) the initial cost model is fitted to.");
+ABSL_FLAG(int, refit_every, 64,
+          "Refit the cost model after this many new task observations.");
+ABSL_FLAG(int, observation_window, 512,
+          "Most recent task observations a refit uses.");
+ABSL_FLAG(double, prior_weight, 1.0,
+          "Pseudo-observations pulling each coefficient towards the initial "
+          "model in a refit.");
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "host:port to serve on; port 0 picks a free port.");
+ABSL_FLAG(std::string, port_file, "",
+          "Write the bound port to this file once serving (for scripts).");
+ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
+          "Largest request the scheduler accepts, in bytes.");
+ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
+          "After a stop, how long to wait for plan streams to end.");
+
+namespace dcp {
+namespace {
+
+std::string Now() {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(),
+                          absl::LocalTimeZone());
+}
+
+void LogStep(const PlannedStepEvent& e) {
+  std::fprintf(
+      stderr,
+      "%s step %lld (epoch %lld): %lld samples, %lld tokens, %d "
+      "tasks, %d groups, predicted %.3f s, planned in %.1f ms\n",
+      Now().c_str(), static_cast<long long>(e.step),
+      static_cast<long long>(e.epoch), static_cast<long long>(e.samples),
+      static_cast<long long>(e.tokens), e.tasks, e.groups, e.predicted_seconds,
+      absl::ToDoubleMilliseconds(e.planning_time));
+}
+
+void LogRefit(const RefitEvent& e) {
+  std::fprintf(stderr,
+               "%s refit %lld over %lld observations: task error %.1f%% -> "
+               "%.1f%%, step error %.1f%%\n",
+               Now().c_str(), static_cast<long long>(e.refits),
+               static_cast<long long>(e.observations), 100 * e.error_before,
+               100 * e.error_after, 100 * e.step_error);
+}
+
+/// Writes `text` to `path` through a temporary file, so that a reader never
+/// sees it half written.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out.good()) {
+      return absl::UnavailableError(absl::StrCat("cannot write '", tmp, "'"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
+  const char* wd_env = std::getenv("BUILD_WORKING_DIRECTORY");
+  const std::string wd = wd_env == nullptr ? "" : wd_env;
+  if (absl::GetFlag(FLAGS_lengths).empty()) {
+    return absl::InvalidArgumentError("--lengths is required");
+  }
+  SchedulerServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.stop_grace = absl::GetFlag(FLAGS_stop_grace);
+  ControlPlaneOptions& cp = options.control_plane;
+  ASSIGN_OR_RETURN(
+      cp.model,
+      ResolveModel(absl::GetFlag(FLAGS_model),
+                   ResolvePath(absl::GetFlag(FLAGS_model_config), wd)));
+  cp.world_size = absl::GetFlag(FLAGS_world_size);
+  cp.cluster.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  cp.window = absl::GetFlag(FLAGS_window);
+  cp.tokens_per_step = absl::GetFlag(FLAGS_tokens_per_step);
+  cp.seed = absl::GetFlag(FLAGS_seed);
+  cp.lookahead_steps = absl::GetFlag(FLAGS_lookahead_steps);
+  cp.balance_steps = absl::GetFlag(FLAGS_balance_steps);
+  cp.max_steps = absl::GetFlag(FLAGS_max_steps);
+  cp.refit_every = absl::GetFlag(FLAGS_refit_every);
+  cp.observation_window = absl::GetFlag(FLAGS_observation_window);
+  cp.prior_weight = absl::GetFlag(FLAGS_prior_weight);
+  cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (cp.world_size <= 0 || cp.cluster.gpus_per_node <= 0) {
+    return absl::InvalidArgumentError(
+        "--world_size and --gpus_per_node must be positive");
+  }
+  if (!absl::GetFlag(FLAGS_profile).empty()) {
+    ASSIGN_OR_RETURN(
+        std::vector<TaskObservation> profile,
+        LoadProfileTable(ResolvePath(absl::GetFlag(FLAGS_profile), wd)));
+    ASSIGN_OR_RETURN(CostModel fitted,
+                     CostModel::FromSpecs(cp.cluster, cp.model, cp.world_size)
+                         .Fit(profile, cp.prior_weight));
+    cp.cost_model = fitted;
+  }
+  ASSIGN_OR_RETURN(
+      cp.lengths,
+      LoadLengths(ResolvePath(absl::GetFlag(FLAGS_lengths), wd),
+                  absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_column)));
+  cp.on_step_planned = LogStep;
+  cp.on_refit = LogRefit;
+  return options;
+}
+
+/// Turns SIGINT/SIGTERM into a drain and stop (a second one shuts down at
+/// once). The signals are blocked in every thread (the mask is inherited)
+/// and taken here with sigwait, so nothing runs in a signal handler.
+class SignalWatcher {
+ public:
+  /// Blocks the signals in the calling thread; call before any thread
+  /// starts.
+  static void BlockSignals() {
+    sigset_t set = Signals();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+
+  explicit SignalWatcher(SchedulerServer* server)
+      : thread_([this, server] { Run(server); }) {}
+
+  ~SignalWatcher() {
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+
+ private:
+  static sigset_t Signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);  // the watcher's own "exit now"
+    return set;
+  }
+
+  void Run(SchedulerServer* server) {
+    const sigset_t set = Signals();
+    int received = 0;
+    while (true) {
+      int signal = 0;
+      if (sigwait(&set, &signal) != 0 || signal == SIGUSR1) return;
+      if (++received == 1) {
+        const int64_t last = server->control_plane().Drain(/*stop=*/true);
+        std::fprintf(stderr,
+                     "%s signal %d: draining after step %lld, then exiting "
+                     "(signal again to exit now)\n",
+                     Now().c_str(), signal, static_cast<long long>(last));
+      } else {
+        std::fprintf(stderr, "%s signal %d: exiting now\n", Now().c_str(),
+                     signal);
+        server->control_plane().Shutdown();
+      }
+    }
+  }
+
+  std::thread thread_;
+};
+
+absl::Status Run() {
+  ASSIGN_OR_RETURN(SchedulerServerOptions options, OptionsFromFlags());
+  const int64_t samples =
+      static_cast<int64_t>(options.control_plane.lengths.size());
+  const std::string model = options.control_plane.model.name;
+  const int world = options.control_plane.world_size;
+
+  SignalWatcher::BlockSignals();
+  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
+                   SchedulerServer::Start(std::move(options)));
+  std::fprintf(stderr,
+               "%s dcp-scheduler: session %s, listening on %s; %s on %d "
+               "ranks, %lld samples\n",
+               Now().c_str(), server->control_plane().session_id().c_str(),
+               server->address().c_str(), model.c_str(), world,
+               static_cast<long long>(samples));
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
+                                        absl::StrCat(server->port(), "\n")));
+  }
+  {
+    SignalWatcher watcher(server.get());
+    server->Wait();
+    server->Shutdown();
+  }
+  const v1::StatusResponse status = server->control_plane().Status();
+  std::fprintf(stderr,
+               "%s dcp-scheduler: exiting; %lld steps planned, %lld "
+               "completed, %lld refits, task error %.1f%%\n",
+               Now().c_str(), static_cast<long long>(status.planned_steps()),
+               static_cast<long long>(status.completed_steps()),
+               static_cast<long long>(status.refits()),
+               100 * status.model_error());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dcp
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The dcp scheduler daemon: plans steps and streams them to agents.\n"
+      "  dcp-scheduler --lengths=FILE --model=NAME --world_size=N "
+      "--window=TOKENS\n"
+      "    --tokens_per_step=T --listen=HOST:PORT [--port_file=FILE] "
+      "[--max_steps=S]");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = dcp::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "dcp-scheduler: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+#include "scheduler/scheduler_server.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "scheduler/scheduler_service.h"
+
+namespace dcp {
+
+absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
+    SchedulerServerOptions options) {
+  if (options.listen_address.empty()) {
+    return absl::InvalidArgumentError("listen address is empty");
+  }
+  if (options.control_plane.max_message_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("max_message_bytes must be <= 1 GiB");
+  }
+  ControlPlaneOptions cp_options = std::move(options.control_plane);
+  options.control_plane = ControlPlaneOptions();
+  const int max_message_bytes = static_cast<int>(cp_options.max_message_bytes);
+  ASSIGN_OR_RETURN(std::unique_ptr<ControlPlane> control_plane,
+                   ControlPlane::Start(std::move(cp_options)));
+  std::unique_ptr<SchedulerServer> server(
+      new SchedulerServer(std::move(options), std::move(control_plane)));
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(server->options_.listen_address,
+                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  // A second scheduler on a fixed port must fail, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (server->options_.keepalive > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                               static_cast<int>(absl::ToInt64Milliseconds(
+                                   server->options_.keepalive)));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    server->control_plane_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", server->options_.listen_address,
+                     "' (address in use or not local?)"));
+  }
+  return server;
+}
+
+SchedulerServer::SchedulerServer(SchedulerServerOptions options,
+                                 std::unique_ptr<ControlPlane> control_plane)
+    : options_(std::move(options)),
+      control_plane_(std::move(control_plane)),
+      service_(std::make_unique<SchedulerService>(control_plane_.get())) {}
+
+SchedulerServer::~SchedulerServer() { Shutdown(); }
+
+std::string SchedulerServer::address() const {
+  const std::string& listen = options_.listen_address;
+  const size_t colon = listen.rfind(':');
+  const std::string host =
+      colon == std::string::npos ? listen : listen.substr(0, colon);
+  return absl::StrCat(host, ":", port_);
+}
+
+void SchedulerServer::Wait() {
+  control_plane_->WaitForStop(options_.stop_grace);
+}
+
+void SchedulerServer::Shutdown() {
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Ends the plan streams first: gRPC's Shutdown waits for open calls.
+  control_plane_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(options_.shutdown_grace));
+    server_->Wait();
+  }
+}
+
+}  // namespace dcp
