@@ -32,7 +32,7 @@ ABSL_FLAG(int64_t, window, 131072,
 ABSL_FLAG(int64_t, tokens_per_step, 2097152, "Token budget of a global batch.");
 ABSL_FLAG(int, steps, 20, "Steps to plan.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
-ABSL_FLAG(int, lookahead_steps, 0,
+ABSL_FLAG(int, balance_steps, 0,
           "Steps of look-ahead for moving samples between steps (0 = off).");
 ABSL_FLAG(std::string, profile, "",
           "Profile table (CSV) the planner's cost model is fitted to.");
@@ -61,9 +61,12 @@ absl::Status Run() {
   options.tokens_per_step = absl::GetFlag(FLAGS_tokens_per_step);
   options.steps = absl::GetFlag(FLAGS_steps);
   options.seed = absl::GetFlag(FLAGS_seed);
-  options.lookahead_steps = absl::GetFlag(FLAGS_lookahead_steps);
+  options.balance_steps = absl::GetFlag(FLAGS_balance_steps);
   options.run_baselines = absl::GetFlag(FLAGS_baselines);
   options.now_ns = NowNs;
+  if (options.balance_steps < 0) {
+    return absl::InvalidArgumentError("--balance_steps must be >= 0");
+  }
   if (options.world_size <= 0 || options.window <= 0 ||
       options.tokens_per_step <= 0) {
     return absl::InvalidArgumentError(

@@ -40,7 +40,7 @@ absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
   StepBuilderOptions step_options;
   step_options.tokens_per_step = options.tokens_per_step;
   step_options.seed = options.seed;
-  step_options.lookahead_steps = options.lookahead_steps;
+  step_options.lookahead_steps = options.balance_steps;
   ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> steps,
                    BuildSteps(lengths, step_options, options.steps));
 

@@ -27,7 +27,7 @@ struct EvaluationOptions {
   int steps = 20;
   uint64_t seed = 0;
   /// Step look-ahead of the step builder (0 = off).
-  int lookahead_steps = 0;
+  int balance_steps = 0;
   /// The planner's knobs; world_size is filled in from above.
   PlannerOptions planner;
   /// The planner's cost model; empty means the analytic model from the

@@ -212,7 +212,7 @@ TEST(EvaluateTest, BadOptionsGiveClearErrors) {
       {"zero budget", [](EvaluationOptions& o) { o.tokens_per_step = 0; },
        "tokens_per_step must be positive"},
       {"negative look-ahead",
-       [](EvaluationOptions& o) { o.lookahead_steps = -1; },
+       [](EvaluationOptions& o) { o.balance_steps = -1; },
        "lookahead_steps must be >= 0"},
       {"bad model", [](EvaluationOptions& o) { o.model.hidden = 0; },
        "model 'llama3-8b': layers, hidden"},

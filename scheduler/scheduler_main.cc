@@ -49,8 +49,8 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
 ABSL_FLAG(int, lookahead_steps, 4,
           "Steps planned ahead of the last step every rank has reported.");
 ABSL_FLAG(int, balance_steps, 0,
-          "Steps the step builder looks ahead to even out steps (dcp-plan's "
-          "--lookahead_steps; 0 = off).");
+          "Steps the step builder looks ahead to even out steps (as dcp-plan's "
+          "--balance_steps; 0 = off).");
 ABSL_FLAG(int64_t, max_steps, 0,
           "Stop planning after this many steps and drain (0 = unlimited).");
 ABSL_FLAG(std::string, profile, "",
