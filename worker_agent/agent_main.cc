@@ -1,0 +1,294 @@
+// dcp-agent: the per-rank agent of a dcp job. Registers the rank with the
+// dcp-scheduler, receives its plans and forms its communicator groups, and
+// either serves the plans to the training process beside it or runs them
+// itself.
+//
+//   dcp-agent --scheduler=10.0.0.1:50051 --rank=3 --world_size=32
+//     --mode=serve --socket=/run/dcp/agent-3.sock
+//   dcp-agent --scheduler=127.0.0.1:50051 --rank=3 --world_size=8
+//     --mode=execute --model_config=data/models/tiny-llama.json
+//     --token_scale=64 --log_file=/tmp/dcp/agent-3.jsonl
+//
+// serve:   a dcp.v1.Agent gRPC server on a Unix-domain socket for the
+//          trainer (client_lib's sidecar mode); exits 0 once the trainer
+//          has been told the job is drained.
+// execute: runs each step itself on the CPU (the Ulysses attention layer of
+//          the model over Gloo, worker_agent/task_executor.h), reports the
+//          timings and appends one JSON line per task (and one per step) to
+//          --log_file; exits 0 when the job is drained.
+//
+// SIGINT/SIGTERM stop the agent (exit code 1: the job was not finished).
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
+#include "worker_agent/agent.h"
+#include "worker_agent/agent_service.h"
+#include "worker_agent/task_executor.h"
+
+ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051",
+          "host:port of the dcp-scheduler.");
+ABSL_FLAG(int, rank, -1, "Global rank of this agent (required).");
+ABSL_FLAG(int, world_size, 0,
+          "World size the job was started with; 0 accepts the scheduler's.");
+ABSL_FLAG(std::string, mode, "execute",
+          "execute: run the steps here on the CPU; serve: serve them to a "
+          "trainer on --socket.");
+ABSL_FLAG(std::string, socket, "",
+          "Unix-domain socket path of the serve mode (default "
+          "/tmp/dcp-agent-<rank>.sock).");
+ABSL_FLAG(std::string, model, "",
+          "Built-in model the execute mode runs (default: the scheduler's, "
+          "when built in).");
+ABSL_FLAG(std::string, model_config, "",
+          "Model config JSON the execute mode runs; overrides --model.");
+ABSL_FLAG(int64_t, token_scale, 64,
+          "Execute mode: sequence lengths are divided by this (rounded up) "
+          "so that GPU-sized plans run fast on a CPU.");
+ABSL_FLAG(int, layers, 0,
+          "Execute mode: attention layers run per task (0: the model's).");
+ABSL_FLAG(std::string, log_file, "",
+          "Execute mode: append one JSON line per task and per step here.");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "Execute mode: exit after this many steps (0: run until drained).");
+ABSL_FLAG(std::string, host, "",
+          "Host name told to the scheduler (default: this machine's).");
+ABSL_FLAG(int, gpu, 0, "Local GPU index told to the scheduler.");
+ABSL_FLAG(std::string, gloo_hostname, "127.0.0.1",
+          "Address the Gloo communicators listen on.");
+ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
+          "Bound on forming a communicator group and on each collective.");
+ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
+          "How long to wait for the scheduler at start-up.");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(10),
+          "Execute mode: how long to wait for the next step.");
+
+namespace dcp {
+namespace {
+
+std::string Now() {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(),
+                          absl::LocalTimeZone());
+}
+
+/// Turns SIGINT/SIGTERM into `Agent::Shutdown` (taken with sigwait on a
+/// thread of its own, so nothing runs in a signal handler).
+class SignalWatcher {
+ public:
+  /// Blocks the signals in the calling thread; call before any thread
+  /// starts (the mask is inherited).
+  static void BlockSignals() {
+    sigset_t set = Signals();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+
+  explicit SignalWatcher(Agent* agent)
+      : thread_([this, agent] { Run(agent); }) {}
+  ~SignalWatcher() {
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+  bool signalled() const { return signalled_.load(); }
+
+ private:
+  static sigset_t Signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);  // The watcher's own "exit now".
+    return set;
+  }
+
+  void Run(Agent* agent) {
+    const sigset_t set = Signals();
+    int signal = 0;
+    if (sigwait(&set, &signal) != 0 || signal == SIGUSR1) return;
+    signalled_ = true;
+    std::fprintf(stderr, "%s dcp-agent rank %d: signal %d, stopping\n",
+                 Now().c_str(), agent->rank(), signal);
+    agent->Shutdown();
+  }
+
+  std::atomic<bool> signalled_{false};
+  std::thread thread_;
+};
+
+absl::StatusOr<ModelSpec> ModelToRun(const std::string& scheduler_model) {
+  if (!absl::GetFlag(FLAGS_model_config).empty()) {
+    return LoadModelConfig(absl::GetFlag(FLAGS_model_config));
+  }
+  const std::string name = absl::GetFlag(FLAGS_model).empty()
+                               ? scheduler_model
+                               : absl::GetFlag(FLAGS_model);
+  absl::StatusOr<ModelSpec> model = BuiltinModel(name);
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the execute mode needs the model's shape: the scheduler plans for '",
+        scheduler_model, "', which is not built in; pass --model_config"));
+  }
+  return model;
+}
+
+absl::Status Execute(Agent& agent, const SignalWatcher& watcher) {
+  ASSIGN_OR_RETURN(ModelSpec model, ModelToRun(agent.registration().model()));
+  TaskExecutorOptions options;
+  options.rank = agent.rank();
+  options.num_heads = model.heads;
+  options.head_dim = model.hidden / model.heads;
+  options.causal = model.causal;
+  options.layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers)
+                                                   : model.layers;
+  options.token_scale = absl::GetFlag(FLAGS_token_scale);
+  ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor,
+                   TaskExecutor::Create(options));
+
+  std::ofstream log;
+  const std::string log_path = absl::GetFlag(FLAGS_log_file);
+  if (!log_path.empty()) {
+    log.open(log_path, std::ios::app);
+    if (!log.good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot open --log_file '", log_path, "'"));
+    }
+  }
+  const int64_t max_steps = absl::GetFlag(FLAGS_max_steps);
+  const absl::Duration step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  int64_t last = -1;
+  int64_t executed = 0;
+  while (max_steps == 0 || executed < max_steps) {
+    absl::StatusOr<NextStepResult> next = agent.NextStep(last, step_timeout);
+    if (!next.ok()) {
+      if (watcher.signalled()) return absl::CancelledError("stopped by signal");
+      return next.status();
+    }
+    if (next->drained) break;
+    const v1::RankStep& step = next->step;
+    ASSIGN_OR_RETURN(
+        StepExecution done,
+        executor->RunStep(step, [&agent](const v1::CommGroup& group) {
+          return agent.Group(group);
+        }));
+    if (log.is_open()) {
+      log << FormatExecutionLog(step, done);
+      log.flush();
+      if (!log.good()) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot write --log_file '", log_path, "'"));
+      }
+    }
+    RETURN_IF_ERROR(agent.ReportTimings(done.report));
+    last = step.step();
+    ++executed;
+  }
+  const AgentStats stats = agent.Stats();
+  std::fprintf(stderr,
+               "%s dcp-agent rank %d: done after %lld steps (last %lld); "
+               "groups: %lld warmed, %lld cache hits, %lld misses; %lld "
+               "reconnects\n",
+               Now().c_str(), agent.rank(), static_cast<long long>(executed),
+               static_cast<long long>(last),
+               static_cast<long long>(stats.groups_warmed),
+               static_cast<long long>(stats.cache_hits),
+               static_cast<long long>(stats.cache_misses),
+               static_cast<long long>(stats.reconnects));
+  return absl::OkStatus();
+}
+
+absl::Status Serve(Agent& agent, const SignalWatcher& watcher) {
+  std::string socket = absl::GetFlag(FLAGS_socket);
+  if (socket.empty()) {
+    socket = absl::StrCat("/tmp/dcp-agent-", agent.rank(), ".sock");
+  }
+  AgentServerOptions options;
+  options.socket_path = socket;
+  options.agent = &agent;
+  ASSIGN_OR_RETURN(std::unique_ptr<AgentServer> server,
+                   AgentServer::Start(options));
+  std::fprintf(stderr, "%s dcp-agent rank %d: serving on %s\n", Now().c_str(),
+               agent.rank(), server->address().c_str());
+  absl::Status drained = agent.WaitForDrainDelivered(absl::InfiniteDuration());
+  // The drained answer is already on its way; the grace lets it out.
+  agent.Shutdown();
+  server->Shutdown();
+  if (!drained.ok() && watcher.signalled()) {
+    return absl::CancelledError("stopped by signal");
+  }
+  return drained;
+}
+
+absl::Status Run() {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "execute" && mode != "serve") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode must be execute or serve, not '", mode, "'"));
+  }
+  if (absl::GetFlag(FLAGS_rank) < 0) {
+    return absl::InvalidArgumentError("--rank is required (>= 0)");
+  }
+  AgentOptions options;
+  options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.host = absl::GetFlag(FLAGS_host);
+  if (options.host.empty()) {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) == 0) options.host = name;
+  }
+  options.gpu = absl::GetFlag(FLAGS_gpu);
+  options.gloo_hostname = absl::GetFlag(FLAGS_gloo_hostname);
+  options.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  options.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
+  options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+
+  SignalWatcher::BlockSignals();
+  ASSIGN_OR_RETURN(std::unique_ptr<Agent> agent, Agent::Start(options));
+  const v1::RegisterResponse& hello = agent->registration();
+  std::fprintf(stderr,
+               "%s dcp-agent rank %d: registered with %s (session %s, model "
+               "%s, world %d), resuming at step %lld, mode %s\n",
+               Now().c_str(), agent->rank(), options.scheduler_address.c_str(),
+               hello.session_id().c_str(), hello.model().c_str(),
+               hello.world_size(), static_cast<long long>(hello.next_step()),
+               mode.c_str());
+  SignalWatcher watcher(agent.get());
+  return mode == "serve" ? Serve(*agent, watcher) : Execute(*agent, watcher);
+}
+
+}  // namespace
+}  // namespace dcp
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The dcp per-rank agent.\n"
+      "  dcp-agent --scheduler=HOST:PORT --rank=R --world_size=N "
+      "[--mode=execute|serve]\n"
+      "    [--socket=PATH] [--model_config=FILE] [--token_scale=K] "
+      "[--log_file=FILE] [--max_steps=S]");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = dcp::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "dcp-agent rank %d: %s\n", absl::GetFlag(FLAGS_rank),
+                 status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
