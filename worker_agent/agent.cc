@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -27,12 +28,10 @@ namespace dcp {
 namespace {
 
 std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
-  return std::chrono::system_clock::now() +
-         absl::ToChronoMilliseconds(timeout);
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
 }
 
-bool Newer(int64_t epoch, int64_t step, int64_t than_epoch,
-           int64_t than_step) {
+bool Newer(int64_t epoch, int64_t step, int64_t than_epoch, int64_t than_step) {
   return epoch > than_epoch || (epoch == than_epoch && step > than_step);
 }
 
@@ -69,6 +68,48 @@ struct Agent::Stub {
   std::unique_ptr<v1::Scheduler::Stub> stub;
 };
 
+/// Passes through to the scheduler's store, but waits in short slices so
+/// that `Cancel` ends every wait within one slice (CANCELLED).
+class Agent::CancellableStore final : public RendezvousStoreInterface {
+ public:
+  explicit CancellableStore(RendezvousStoreInterface* store) : store_(store) {}
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override {
+    RETURN_IF_ERROR(Check());
+    return store_->Set(key, value);
+  }
+
+  absl::StatusOr<std::vector<std::string>> Wait(
+      absl::Span<const std::string> keys, absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      RETURN_IF_ERROR(Check());
+      const absl::Duration left = deadline - absl::Now();
+      absl::StatusOr<std::vector<std::string>> values =
+          store_->Wait(keys, std::min(left, kSlice));
+      if (values.ok() || !absl::IsDeadlineExceeded(values.status()) ||
+          left <= kSlice) {
+        return values;
+      }
+    }
+  }
+
+  void Cancel() { cancelled_ = true; }
+
+ private:
+  static constexpr absl::Duration kSlice = absl::Milliseconds(200);
+
+  absl::Status Check() const {
+    if (cancelled_.load()) {
+      return absl::CancelledError("the agent is shutting down");
+    }
+    return absl::OkStatus();
+  }
+
+  RendezvousStoreInterface* const store_;
+  std::atomic<bool> cancelled_{false};
+};
+
 struct Agent::AsyncCalls {
   absl::Mutex mu;
   int in_flight ABSL_GUARDED_BY(mu) = 0;
@@ -95,11 +136,17 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   ASSIGN_OR_RETURN(agent->registration_,
                    agent->Register(agent->options_.connect_timeout,
                                    /*wait_for_ready=*/true));
+  {
+    absl::MutexLock lock(&agent->mu_);
+    agent->registrations_ = 1;
+  }
   SchedulerRendezvousStore::Options store_options;
   store_options.session_id = agent->registration_.session_id();
   ASSIGN_OR_RETURN(
-      agent->store_,
+      agent->scheduler_store_,
       SchedulerRendezvousStore::Create(agent->channel_, store_options));
+  agent->store_ =
+      std::make_unique<CancellableStore>(agent->scheduler_store_.get());
 
   Agent* raw = agent.get();
   agent->cache_ = std::make_unique<CommunicatorCache>(
@@ -122,8 +169,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
 
 Agent::~Agent() {
   Shutdown();
-  // Waits for a warm-up in progress (bounded by the rendezvous timeout) and
-  // destroys the communicators before the store they were formed through.
+  // Waits for a warm-up in progress (its rendezvous was cancelled; a
+  // connection under way ends by the rendezvous timeout) and destroys the
+  // communicators before the store they were formed through.
   cache_.reset();
 }
 
@@ -135,9 +183,17 @@ void Agent::Shutdown() {
       if (stream_context_ != nullptr) stream_context_->TryCancel();
     }
   }
+  if (store_ != nullptr) store_->Cancel();
   absl::MutexLock lock(&join_mu_);
-  if (reader_thread_.joinable()) reader_thread_.join();
-  if (waiter_thread_.joinable()) waiter_thread_.join();
+  // Not from the agent's own threads (a callback must not shut it down):
+  // they would wait for themselves.
+  const std::thread::id self = std::this_thread::get_id();
+  if (reader_thread_.joinable() && reader_thread_.get_id() != self) {
+    reader_thread_.join();
+  }
+  if (waiter_thread_.joinable() && waiter_thread_.get_id() != self) {
+    waiter_thread_.join();
+  }
   if (cache_ != nullptr) cache_->AbortAll();
   // Report callbacks touch this agent; each ends by its RPC deadline.
   AsyncCalls& calls = *async_calls_;
@@ -185,8 +241,7 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout,
 // ------------------------------------------------------------- plan stream
 
 bool Agent::HasRoom() const {
-  return shutdown_ ||
-         static_cast<int>(queue_.size()) < options_.prefetch_depth;
+  return shutdown_ || static_cast<int>(queue_.size()) < options_.prefetch_depth;
 }
 
 void Agent::Fail(absl::Status status) {
@@ -211,10 +266,10 @@ void Agent::ReaderLoop() {
       backoff = options_.initial_backoff;
     }
     if (absl::IsAborted(status)) {
-      Fail(absl::FailedPreconditionError(absl::StrCat(
-          "the plan stream of rank ", options_.rank,
-          " was taken over (another agent registered the rank?): ",
-          status.message())));
+      Fail(absl::FailedPreconditionError(
+          absl::StrCat("the plan stream of rank ", options_.rank,
+                       " was taken over (another agent registered the rank?): ",
+                       status.message())));
       return;
     }
     if (absl::IsInvalidArgument(status)) {
@@ -224,6 +279,10 @@ void Agent::ReaderLoop() {
     last = status.ok() ? absl::UnavailableError(
                              "the plan stream ended without a drain marker")
                        : status;
+    {
+      absl::MutexLock lock(&mu_);
+      reconnecting_ = true;
+    }
 
     // Reconnect: back off, register again, resume after the last step.
     while (true) {
@@ -260,6 +319,8 @@ void Agent::ReaderLoop() {
       }
       absl::MutexLock lock(&mu_);
       ++stats_.reconnects;
+      ++registrations_;
+      reconnecting_ = false;
       from_step = std::max(again->next_step(), last_step_ + 1);
       break;
     }
@@ -326,8 +387,8 @@ void Agent::HandleStep(v1::RankStep step) {
           step.epoch());
       // A malformed group is reported by `Group` when the step uses it.
       if (key.ok()) {
-        groups.push_back(CommGroupSpec{*std::move(key),
-                                       group.rendezvous_prefix()});
+        groups.push_back(
+            CommGroupSpec{*std::move(key), group.rendezvous_prefix()});
       }
     }
     queue_.push_back(std::move(step));
@@ -442,8 +503,8 @@ void Agent::WaiterLoop() {
       for (const auto& [id, waiter] : waiters_) {
         next = std::min(next, waiter.deadline);
       }
-      mu_.AwaitWithDeadline(
-          absl::Condition(this, &Agent::ShouldWakeWaiterLoop), next);
+      mu_.AwaitWithDeadline(absl::Condition(this, &Agent::ShouldWakeWaiterLoop),
+                            next);
       seen_generation_ = waiters_generation_;
       const absl::Time now = absl::Now();
       for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -451,8 +512,8 @@ void Agent::WaiterLoop() {
             TakeLocked(it->second.after_step);
         if (!answer.has_value() && now >= it->second.deadline) {
           answer = absl::DeadlineExceededError(absl::StrCat(
-              "rank ", options_.rank, ": no step after ",
-              it->second.after_step, " arrived before the deadline"));
+              "rank ", options_.rank, ": no step after ", it->second.after_step,
+              " arrived before the deadline"));
         }
         if (answer.has_value()) {
           answers.emplace_back(std::move(it->second.done), *std::move(answer));
@@ -489,10 +550,10 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
   std::vector<int> ranks(group.ranks().begin(), group.ranks().end());
   if (ranks.size() < 2 ||
       std::find(ranks.begin(), ranks.end(), options_.rank) == ranks.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group ", group.id(), " [", absl::StrJoin(ranks, ","),
-        "] needs at least two ranks, including this agent's rank ",
-        options_.rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", group.id(), " [", absl::StrJoin(ranks, ","),
+                     "] needs at least two ranks, including this agent's rank ",
+                     options_.rank));
   }
   if (group.rendezvous_prefix().empty()) {
     return absl::InvalidArgumentError(
@@ -504,8 +565,8 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::UnavailableError("the agent is shut down");
-    epoch = delivered_.has_value() ? delivered_->epoch()
-                                   : registration_.epoch();
+    epoch =
+        delivered_.has_value() ? delivered_->epoch() : registration_.epoch();
   }
   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch));
   return cache_->Get(key, group.rendezvous_prefix());
@@ -521,23 +582,37 @@ absl::Status Agent::ReportTimings(const v1::TimingReport& report) {
   absl::Status status;
   constexpr int kAttempts = 5;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    int64_t registrations = 0;
     {
       absl::MutexLock lock(&mu_);
       if (shutdown_) return absl::UnavailableError("the agent is shut down");
       if (attempt > 0) {
         mu_.AwaitWithTimeout(absl::Condition(&shutdown_), backoff);
       }
+      registrations = registrations_;
     }
     backoff = std::min(backoff * 2, options_.max_backoff);
     grpc::ClientContext context;
     context.set_deadline(Deadline(options_.rpc_timeout));
     v1::ReportAck ack;
-    status =
-        FromGrpcStatus(stub_->stub->ReportTimings(&context, report, &ack));
+    status = FromGrpcStatus(stub_->stub->ReportTimings(&context, report, &ack));
     if (status.ok() || absl::IsAlreadyExists(status)) {
       absl::MutexLock lock(&mu_);
       ++stats_.reports_sent;
       return absl::OkStatus();
+    }
+    if (absl::IsFailedPrecondition(status)) {
+      // A scheduler that came back does not know this rank before the
+      // reader registers again: wait for that, then retry.
+      auto settled = [this,
+                      registrations]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !reconnecting_ || registrations_ != registrations || shutdown_ ||
+               !failure_.ok();
+      };
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&settled), options_.rpc_timeout);
+      if (registrations_ == registrations) break;
+      continue;
     }
     if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) {
       break;
@@ -581,9 +656,9 @@ void Agent::ReportTimingsAsync(const v1::TimingReport& report,
         const bool accepted = status.ok() || absl::IsAlreadyExists(status);
         if (!accepted) {
           status = absl::Status(
-              status.code(), absl::StrCat("reporting timings of step ",
-                                          call->report.step(), ": ",
-                                          status.message()));
+              status.code(),
+              absl::StrCat("reporting timings of step ", call->report.step(),
+                           ": ", status.message()));
         }
         {
           absl::MutexLock lock(&mu_);

@@ -192,8 +192,11 @@ class Agent {
   absl::StatusOr<Communicator*> Group(const v1::CommGroup& group);
 
   /// Sends one step's timings to the scheduler, retrying UNAVAILABLE and
-  /// DEADLINE_EXCEEDED a few times. ALREADY_EXISTS (a retry after a lost
-  /// ack) counts as success. INVALID_ARGUMENT for another rank's report.
+  /// DEADLINE_EXCEEDED a few times, and FAILED_PRECONDITION once the agent
+  /// has registered again when the plan stream was reconnecting (a
+  /// scheduler that came back does not know the rank until then).
+  /// ALREADY_EXISTS (a retry after a lost ack) counts as success.
+  /// INVALID_ARGUMENT for another rank's report.
   absl::Status ReportTimings(const v1::TimingReport& report);
   /// One attempt of `ReportTimings` without blocking; `done` runs on a gRPC
   /// thread and must not block.
@@ -215,6 +218,7 @@ class Agent {
   /// Stops the stream, fails pending and later NextStep calls with
   /// UNAVAILABLE and aborts the communicators (collectives in flight fail
   /// instead of hanging); they are freed by the destructor. Idempotent.
+  /// Not from a `NextStepAsync` or `ReportTimingsAsync` callback.
   void Shutdown();
 
  private:
@@ -247,7 +251,11 @@ class Agent {
   struct Stub;
   std::unique_ptr<Stub> stub_;
   v1::RegisterResponse registration_;
-  std::unique_ptr<RendezvousStoreInterface> store_;
+  /// The scheduler's store behind an adapter that `Shutdown` cancels, so a
+  /// formation waiting for peers that will not come ends at once.
+  class CancellableStore;
+  std::unique_ptr<RendezvousStoreInterface> scheduler_store_;
+  std::unique_ptr<CancellableStore> store_;
   std::unique_ptr<CommunicatorCache> cache_;
 
   mutable absl::Mutex mu_;
@@ -259,6 +267,10 @@ class Agent {
   /// The last step handed out, for repeated asks and for `Group`'s epoch.
   std::optional<v1::RankStep> delivered_ ABSL_GUARDED_BY(mu_);
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  /// The stream broke and the reader has not registered again yet.
+  bool reconnecting_ ABSL_GUARDED_BY(mu_) = false;
+  /// Successful registrations so far (the first one included).
+  int64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
   bool drain_delivered_ ABSL_GUARDED_BY(mu_) = false;
   /// Set when the stream failed for good.
   absl::Status failure_ ABSL_GUARDED_BY(mu_);

@@ -238,8 +238,8 @@ absl::Status Serve(Agent& agent, const SignalWatcher& watcher) {
 absl::Status Run() {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "execute" && mode != "serve") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--mode must be execute or serve, not '", mode, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode must be execute or serve, not '", mode, "'"));
   }
   if (absl::GetFlag(FLAGS_rank) < 0) {
     return absl::InvalidArgumentError("--rank is required (>= 0)");

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -110,17 +111,17 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   struct stat info;
   if (lstat(path.c_str(), &info) == 0) {
     if (!S_ISSOCK(info.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "agent server: '", path, "' exists and is not a socket; not "
-          "replacing it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("agent server: '", path,
+                       "' exists and is not a socket; not "
+                       "replacing it"));
     }
     unlink(path.c_str());  // A stale socket of an earlier agent.
   }
   std::unique_ptr<AgentServer> server(
       new AgentServer(std::move(options), absl::StrCat("unix:", path)));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(server->address_,
-                           grpc::InsecureServerCredentials());
+  builder.AddListeningPort(server->address_, grpc::InsecureServerCredentials());
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
@@ -135,8 +136,8 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
 AgentServer::AgentServer(AgentServerOptions options, std::string address)
     : options_(std::move(options)),
       address_(std::move(address)),
-      service_(std::make_unique<AgentService>(options_.agent,
-                                              options_.max_wait)) {}
+      service_(
+          std::make_unique<AgentService>(options_.agent, options_.max_wait)) {}
 
 AgentServer::~AgentServer() { Shutdown(); }
 

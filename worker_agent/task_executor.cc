@@ -19,7 +19,8 @@ class SteadyClock final : public Clock {
  public:
   absl::Time Now() override {
     return absl::UnixEpoch() +
-           absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+           absl::FromChrono(
+               std::chrono::steady_clock::now().time_since_epoch());
   }
 };
 
@@ -52,8 +53,8 @@ TaskExecutor::TaskExecutor(TaskExecutorOptions options)
     : options_(std::move(options)),
       steady_clock_(options_.clock == nullptr ? std::make_unique<SteadyClock>()
                                               : nullptr),
-      clock_(options_.clock != nullptr ? options_.clock
-                                       : steady_clock_.get()) {}
+      clock_(options_.clock != nullptr ? options_.clock : steady_clock_.get()) {
+}
 
 absl::StatusOr<std::unique_ptr<TaskExecutor>> TaskExecutor::Create(
     TaskExecutorOptions options) {
@@ -92,9 +93,8 @@ absl::StatusOr<StepExecution> TaskExecutor::RunStep(
       }
       if (group == nullptr || task.group_id() == 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "step ", step.step(), " task ", task.task_index(),
-            ": its group ", task.group_id(),
-            " is not among the step's groups"));
+            "step ", step.step(), " task ", task.task_index(), ": its group ",
+            task.group_id(), " is not among the step's groups"));
       }
       absl::StatusOr<Communicator*> resolved = groups(*group);
       if (!resolved.ok()) {
@@ -133,12 +133,12 @@ absl::StatusOr<ExecutedTask> TaskExecutor::RunTask(const v1::RankStep& step,
   const std::string where =
       absl::StrCat("step ", step.step(), " task ", task.task_index());
   const int p = task.ranks_size();
-  const auto me = std::find(task.ranks().begin(), task.ranks().end(),
-                            options_.rank);
+  const auto me =
+      std::find(task.ranks().begin(), task.ranks().end(), options_.rank);
   if (me == task.ranks().end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " runs on ranks [", absl::StrJoin(task.ranks(), ","),
-                     "], not on rank ", options_.rank));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " runs on ranks [", absl::StrJoin(task.ranks(), ","),
+        "], not on rank ", options_.rank));
   }
   const int group_rank = static_cast<int>(me - task.ranks().begin());
   if (task.samples_size() == 0 || task.lengths_size() != task.samples_size()) {
@@ -151,14 +151,14 @@ absl::StatusOr<ExecutedTask> TaskExecutor::RunTask(const v1::RankStep& step,
         absl::StrCat(where, ": group size ", p, " does not divide the ",
                      options_.num_heads, " heads"));
   }
-  if (p > 1 && (comm == nullptr || comm->size() != p ||
-                comm->rank() != group_rank)) {
+  if (p > 1 &&
+      (comm == nullptr || comm->size() != p || comm->rank() != group_rank)) {
     return absl::InternalError(absl::StrCat(
         where, ": the communicator of group [",
         absl::StrJoin(task.ranks(), ","), "] is ",
-        comm == nullptr ? std::string("missing")
-                        : absl::StrCat("rank ", comm->rank(), " of ",
-                                       comm->size()),
+        comm == nullptr
+            ? std::string("missing")
+            : absl::StrCat("rank ", comm->rank(), " of ", comm->size()),
         ", expected rank ", group_rank, " of ", p));
   }
 
@@ -217,8 +217,8 @@ absl::StatusOr<ExecutedTask> TaskExecutor::RunTask(const v1::RankStep& step,
                                    absl::MakeSpan(out));
     if (!status.ok()) {
       return absl::Status(status.code(),
-                          absl::StrCat(where, ": attention layer ", layer,
-                                       ": ", status.message()));
+                          absl::StrCat(where, ": attention layer ", layer, ": ",
+                                       status.message()));
     }
     // The next layer attends over this one's output.
     q.swap(out);
@@ -248,9 +248,9 @@ absl::StatusOr<ExecutedTask> TaskExecutor::RunTask(const v1::RankStep& step,
               slots.begin() + group_rank * kChecksumSlots);
     const absl::Status status = comm->AllReduceSum(slots.data(), slots.size());
     if (!status.ok()) {
-      return absl::Status(status.code(),
-                          absl::StrCat(where, ": agreement all-reduce: ",
-                                       status.message()));
+      return absl::Status(
+          status.code(),
+          absl::StrCat(where, ": agreement all-reduce: ", status.message()));
     }
     std::vector<int> disagree;
     for (int member = 0; member < p; ++member) {
@@ -284,13 +284,15 @@ std::string FormatExecutionLog(const v1::RankStep& step,
   std::string out;
   double total = 0;
   for (const ExecutedTask& task : execution.tasks) {
-    nlohmann::json line = {
-        {"kind", "task"},        {"step", step.step()},
-        {"epoch", step.epoch()}, {"rank", step.rank()},
-        {"task_index", task.task_index},
-        {"micro_step", task.micro_step},
-        {"group", task.group},   {"samples", task.samples},
-        {"seconds", task.seconds}};
+    nlohmann::json line = {{"kind", "task"},
+                           {"step", step.step()},
+                           {"epoch", step.epoch()},
+                           {"rank", step.rank()},
+                           {"task_index", task.task_index},
+                           {"micro_step", task.micro_step},
+                           {"group", task.group},
+                           {"samples", task.samples},
+                           {"seconds", task.seconds}};
     absl::StrAppend(&out, line.dump(), "\n");
     total += task.seconds;
   }

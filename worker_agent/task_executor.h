@@ -121,8 +121,8 @@ class TaskExecutor {
  private:
   explicit TaskExecutor(TaskExecutorOptions options);
 
-  absl::StatusOr<ExecutedTask> RunTask(const v1::RankStep& step,
-                                       int micro_step, Communicator* comm);
+  absl::StatusOr<ExecutedTask> RunTask(const v1::RankStep& step, int micro_step,
+                                       Communicator* comm);
 
   const TaskExecutorOptions options_;
   std::unique_ptr<Clock> steady_clock_;

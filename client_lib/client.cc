@@ -1,0 +1,194 @@
+#include "client_lib/client.h"
+
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/agent_service.grpc.pb.h"
+
+namespace dcp {
+namespace {
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
+}
+
+}  // namespace
+
+struct Client::Sidecar {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Agent::Stub> stub;
+};
+
+Client::Client(ClientOptions options) : options_(std::move(options)) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.step_timeout <= absl::ZeroDuration() ||
+      options.rpc_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "client options: step_timeout and rpc_timeout must be positive");
+  }
+  std::unique_ptr<Client> client(new Client(std::move(options)));
+  const ClientOptions& o = client->options_;
+  if (o.mode == ClientOptions::Mode::kInProcess) {
+    ASSIGN_OR_RETURN(client->agent_, Agent::Start(o.agent));
+    return client;
+  }
+  const std::string path(absl::StripPrefix(o.agent_socket, "unix:"));
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "client options: sidecar mode needs agent_socket");
+  }
+  if (o.rank < 0) {
+    return absl::InvalidArgumentError(
+        "client options: sidecar mode needs the agent's rank");
+  }
+  auto sidecar = std::make_unique<Sidecar>();
+  sidecar->channel = grpc::CreateChannel(absl::StrCat("unix:", path),
+                                         grpc::InsecureChannelCredentials());
+  if (!sidecar->channel->WaitForConnected(Deadline(o.rpc_timeout))) {
+    return absl::UnavailableError(absl::StrCat("no dcp-agent answers on '",
+                                               path,
+                                               "' (is `dcp-agent --mode=serve "
+                                               "--socket=",
+                                               path, "` running?)"));
+  }
+  sidecar->stub = v1::Agent::NewStub(sidecar->channel);
+  client->sidecar_ = std::move(sidecar);
+  return client;
+}
+
+int Client::rank() const {
+  return agent_ != nullptr ? agent_->rank() : options_.rank;
+}
+
+absl::StatusOr<NextStepResult> Client::Fetch() {
+  if (agent_ != nullptr) {
+    return agent_->NextStep(last_step_, options_.step_timeout);
+  }
+  v1::NextStepRequest request;
+  request.set_after_step(last_step_);
+  v1::NextStepResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.step_timeout));
+  RETURN_IF_ERROR(
+      FromGrpcStatus(sidecar_->stub->NextStep(&context, request, &response)));
+  NextStepResult result;
+  result.drained = response.drained();
+  result.step = std::move(*response.mutable_step());
+  return result;
+}
+
+absl::StatusOr<Step> Client::NextStep() {
+  ASSIGN_OR_RETURN(NextStepResult next, Fetch());
+  Step step;
+  if (next.drained) {
+    step.drained = true;
+    step.step = last_step_;
+    return step;
+  }
+  const v1::RankStep& plan = next.step;
+  step.step = plan.step();
+  step.epoch = plan.epoch();
+  step.total_tokens = plan.total_tokens();
+  step.tasks.reserve(plan.tasks_size());
+  for (int m = 0; m < plan.tasks_size(); ++m) {
+    const v1::Task& t = plan.tasks(m);
+    StepTask& task = step.tasks.emplace_back();
+    task.task_index = t.task_index();
+    task.micro_step = m;
+    task.samples.assign(t.samples().begin(), t.samples().end());
+    task.lengths.assign(t.lengths().begin(), t.lengths().end());
+    task.loss_weights.assign(t.loss_weights().begin(), t.loss_weights().end());
+    task.recompute = t.recompute();
+    task.group_ranks.assign(t.ranks().begin(), t.ranks().end());
+    if (t.ranks_size() < 2) continue;
+    const v1::CommGroup* group = nullptr;
+    for (const v1::CommGroup& g : plan.groups()) {
+      if (g.id() == t.group_id()) group = &g;
+    }
+    if (group == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", plan.step(), " task ", t.task_index(),
+                       ": its group ", t.group_id(), " is not in the plan"));
+    }
+    task.rendezvous_prefix = group->rendezvous_prefix();
+    if (agent_ != nullptr) {
+      absl::StatusOr<Communicator*> comm = agent_->Group(*group);
+      if (!comm.ok()) {
+        return absl::Status(
+            comm.status().code(),
+            absl::StrCat("step ", plan.step(), " task ", t.task_index(),
+                         ": forming its group: ", comm.status().message()));
+      }
+      task.group = *comm;
+    }
+  }
+  last_step_ = step.step;
+  return step;
+}
+
+absl::Status Client::ReportStep(const Step& step,
+                                const std::vector<double>& task_seconds) {
+  if (step.drained) {
+    return absl::InvalidArgumentError("a drained step has nothing to report");
+  }
+  if (task_seconds.size() != step.tasks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step.step, " has ", step.tasks.size(),
+                     " tasks but ", task_seconds.size(), " times were given"));
+  }
+  v1::TimingReport report;
+  report.set_epoch(step.epoch);
+  report.set_step(step.step);
+  report.set_rank(rank());
+  for (size_t i = 0; i < step.tasks.size(); ++i) {
+    const StepTask& task = step.tasks[i];
+    if (!(task_seconds[i] > 0) || !std::isfinite(task_seconds[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step.step, " task ", task.task_index, ": time ",
+                       task_seconds[i], " is not positive"));
+    }
+    v1::TaskTiming& timing = *report.add_tasks();
+    timing.set_task_index(task.task_index);
+    timing.set_micro_step(task.micro_step);
+    timing.set_group_size(static_cast<int>(task.group_ranks.size()));
+    int64_t tokens = 0;
+    for (int64_t length : task.lengths) tokens += length;
+    timing.set_tokens(tokens);
+    timing.mutable_sample_lengths()->Add(task.lengths.begin(),
+                                         task.lengths.end());
+    timing.set_recompute(task.recompute);
+    timing.set_seconds(task_seconds[i]);
+  }
+  if (agent_ != nullptr) return agent_->ReportTimings(report);
+  // The agent makes one attempt at the scheduler; a lost connection is
+  // retried here (a report that did arrive is not counted twice).
+  absl::Status status;
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (attempt > 0) {
+      absl::SleepFor(backoff);
+      backoff *= 2;
+    }
+    v1::AgentAck ack;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(options_.rpc_timeout));
+    status =
+        FromGrpcStatus(sidecar_->stub->ReportTimings(&context, report, &ack));
+    if (!absl::IsUnavailable(status)) break;
+  }
+  return status;
+}
+
+}  // namespace dcp

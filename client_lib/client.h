@@ -1,0 +1,156 @@
+#ifndef DCP_CLIENT_LIB_CLIENT_H_
+#define DCP_CLIENT_LIB_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/communicator.h"
+#include "worker_agent/agent.h"
+
+namespace dcp {
+
+/// How a trainer reaches its plans; see `Client`.
+struct ClientOptions {
+  enum class Mode {
+    /// The agent runs inside the trainer's process (recommended): group
+    /// handles are usable communicators, which is what NCCL needs (its
+    /// communicators must live in the process that launches the kernels).
+    kInProcess,
+    /// The agent is a dcp-agent (`--mode=serve`) beside the trainer,
+    /// reached over its Unix socket; tasks carry no communicator, the
+    /// trainer forms its own from each task's ranks and rendezvous prefix.
+    kSidecar,
+  };
+  Mode mode = Mode::kInProcess;
+  /// In-process mode: the embedded agent's options (scheduler address,
+  /// rank, world size, ...).
+  AgentOptions agent;
+  /// Sidecar mode: the dcp-agent's socket, as a path or "unix:/path".
+  std::string agent_socket;
+  /// Sidecar mode: the rank the dcp-agent serves (its reports must match).
+  int rank = -1;
+  /// How long `NextStep` waits for the next step before DEADLINE_EXCEEDED.
+  absl::Duration step_timeout = absl::Minutes(10);
+  /// Sidecar mode: deadline of ReportStep's call to the agent.
+  absl::Duration rpc_timeout = absl::Seconds(30);
+};
+
+/// One task of a step, as the trainer runs it: one forward and backward
+/// pass over `samples`, packed back to back, on the sequence-parallel group
+/// `group_ranks`.
+struct StepTask {
+  /// The task's position in the global plan (for reports and logs).
+  int task_index = 0;
+  /// Its position among this rank's tasks of the step.
+  int micro_step = 0;
+  std::vector<int64_t> samples;
+  /// Parallel to `samples`: tokens, truncated to the context window.
+  std::vector<int64_t> lengths;
+  /// Parallel to `samples`: the factor each sample's mean per-token loss is
+  /// multiplied by (proto/plan.proto, Task.loss_weights); empty when the
+  /// plan carries none.
+  std::vector<double> loss_weights;
+  /// Fraction of layers that recompute their activations, in [0, 1].
+  double recompute = 0;
+  /// Ascending global ranks of the group; this rank is one of them.
+  std::vector<int> group_ranks;
+  /// In-process mode, p > 1: the group's communicator, owned by the client
+  /// (valid until it is destroyed; use it from one thread at a time). Null
+  /// for p = 1 and in sidecar mode.
+  Communicator* group = nullptr;
+  /// Where the group's members meet in the scheduler's rendezvous store
+  /// (empty for p = 1): what a sidecar trainer forms its own communicator
+  /// under.
+  std::string rendezvous_prefix;
+};
+
+/// One global batch as this rank sees it.
+struct Step {
+  int64_t step = -1;
+  int64_t epoch = 0;
+  /// The step's tokens over all ranks (the denominator of the weights).
+  int64_t total_tokens = 0;
+  /// This rank's micro-steps, in order; empty when it sits the step out
+  /// (it still joins the gradient sync and reports).
+  std::vector<StepTask> tasks;
+  /// True when the job is drained: there is no step, stop training.
+  bool drained = false;
+};
+
+/// The training loop's view of dcp: fetch each step's plan, run its tasks,
+/// report how long they took. C++ first; a Python binding wraps the same
+/// calls.
+///
+///   ClientOptions options;
+///   options.agent.scheduler_address = "10.0.0.1:50051";
+///   options.agent.rank = rank;
+///   options.agent.world_size = world;
+///   ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+///                    Client::Connect(std::move(options)));
+///   while (true) {
+///     ASSIGN_OR_RETURN(Step step, client->NextStep());
+///     if (step.drained) break;
+///     std::vector<double> seconds;
+///     for (const StepTask& task : step.tasks) {
+///       seconds.push_back(RunForwardBackward(task));  // uses task.group
+///     }
+///     SyncGradients();
+///     RETURN_IF_ERROR(client->ReportStep(step, seconds));
+///   }
+///
+/// Thread-compatible: one training loop calls it. The client owns its
+/// agent (in-process) or channel (sidecar); destroying it stops the agent
+/// and frees the communicators it handed out.
+class Client {
+ public:
+  /// In-process: starts the embedded agent (registers with the scheduler).
+  /// Sidecar: connects to the dcp-agent's socket (waiting up to
+  /// `rpc_timeout` for it). INVALID_ARGUMENT for bad options; the agent's or
+  /// the connection's error otherwise.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  /// The step after the last one returned (waits up to `step_timeout`).
+  /// In-process mode resolves every group of the step before returning (the
+  /// agent has usually formed them already), so the tasks can run at once.
+  /// Asking again after an error returns the same step.
+  absl::StatusOr<Step> NextStep();
+
+  /// Reports the measured seconds of each of `step`'s tasks, in the order of
+  /// `step.tasks` (one entry each, positive). INVALID_ARGUMENT when the
+  /// sizes differ or a time is not positive.
+  absl::Status ReportStep(const Step& step,
+                          const std::vector<double>& task_seconds);
+
+  /// This client's global rank.
+  int rank() const;
+
+  /// In-process mode: the embedded agent (stats, registration); null in
+  /// sidecar mode.
+  Agent* agent() { return agent_.get(); }
+
+ private:
+  struct Sidecar;
+  explicit Client(ClientOptions options);
+
+  /// The agent's answer for the step after `last_step_`.
+  absl::StatusOr<NextStepResult> Fetch();
+
+  const ClientOptions options_;
+  std::unique_ptr<Agent> agent_;
+  std::unique_ptr<Sidecar> sidecar_;
+  /// The step last returned by NextStep (-1 before the first).
+  int64_t last_step_ = -1;
+};
+
+}  // namespace dcp
+
+#endif  // DCP_CLIENT_LIB_CLIENT_H_

@@ -1,0 +1,443 @@
+// Tests of the agent against a real in-process SchedulerServer on
+// 127.0.0.1:0. The cc_test is //tests:agent_test (the server's target is
+// visible to //tests only).
+
+#include "worker_agent/agent.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler_server.h"
+
+namespace dcp {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ModelSpec TinyModel() {
+  ModelSpec model;
+  model.name = "tiny";
+  model.layers = 2;
+  model.hidden = 512;
+  model.heads = 8;
+  model.kv_heads = 8;
+  model.ffn = 1024;
+  model.vocab = 1000;
+  return model;
+}
+
+/// Every eighth sample is long enough that the planner splits it over two
+/// ranks, so a world of two uses the group [0, 1].
+std::vector<int32_t> Lengths() {
+  std::vector<int32_t> lengths;
+  for (int i = 0; i < 64; ++i) {
+    lengths.push_back(i % 8 == 0 ? 32768 : 256 + (i * 97) % 2048);
+  }
+  return lengths;
+}
+
+SchedulerServerOptions ServerOptions(int world, int lookahead,
+                                     int64_t max_steps) {
+  SchedulerServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.stop_grace = absl::Seconds(5);
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.lengths = Lengths();
+  cp.window = 32768;
+  cp.tokens_per_step = 65536;
+  cp.model = TinyModel();
+  cp.world_size = world;
+  cp.lookahead_steps = lookahead;
+  cp.max_steps = max_steps;
+  return options;
+}
+
+std::unique_ptr<SchedulerServer> StartServer(SchedulerServerOptions options) {
+  absl::StatusOr<std::unique_ptr<SchedulerServer>> server =
+      SchedulerServer::Start(std::move(options));
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+AgentOptions AgentFor(const SchedulerServer& server, int rank) {
+  AgentOptions options;
+  options.scheduler_address = server.address();
+  options.rank = rank;
+  options.host = "test";
+  options.connect_timeout = absl::Seconds(10);
+  options.rendezvous_timeout = absl::Seconds(20);
+  options.initial_backoff = absl::Milliseconds(50);
+  options.max_backoff = absl::Milliseconds(400);
+  return options;
+}
+
+/// An empty report of `step` for `rank` (valid for a rank without tasks)
+/// or with one timing per task.
+v1::TimingReport ReportOf(const v1::RankStep& step) {
+  v1::TimingReport report;
+  report.set_epoch(step.epoch());
+  report.set_step(step.step());
+  report.set_rank(step.rank());
+  for (int m = 0; m < step.tasks_size(); ++m) {
+    v1::TaskTiming& t = *report.add_tasks();
+    t.set_task_index(step.tasks(m).task_index());
+    t.set_micro_step(m);
+    t.set_seconds(0.01);
+  }
+  return report;
+}
+
+TEST(AgentTest, RejectsBadOptions) {
+  AgentOptions options;
+  options.rank = 0;
+  EXPECT_EQ(Agent::Start(options).status().code(),
+            absl::StatusCode::kInvalidArgument);  // No address.
+  options.scheduler_address = "127.0.0.1:1";
+  options.rank = -1;
+  EXPECT_EQ(Agent::Start(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.rank = 0;
+  options.prefetch_depth = 0;
+  EXPECT_EQ(Agent::Start(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AgentTest, UnreachableSchedulerFailsStartInTime) {
+  AgentOptions options;
+  options.scheduler_address = "127.0.0.1:1";  // Nothing listens there.
+  options.rank = 0;
+  options.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  absl::Status status = Agent::Start(options).status();
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(AgentTest, WorldSizeMismatchIsRefused) {
+  auto server = StartServer(ServerOptions(2, 2, 4));
+  ASSERT_NE(server, nullptr);
+  AgentOptions options = AgentFor(*server, 0);
+  options.world_size = 4;
+  absl::Status status = Agent::Start(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("world"));
+}
+
+TEST(AgentTest, HandsOutStepsInOrderThenDrains) {
+  auto server = StartServer(ServerOptions(1, 2, 5));
+  ASSERT_NE(server, nullptr);
+  auto agent = Agent::Start(AgentFor(*server, 0));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_EQ((*agent)->registration().world_size(), 1);
+  EXPECT_EQ((*agent)->registration().model(), "tiny");
+
+  std::vector<int64_t> steps;
+  int64_t last = -1;
+  while (true) {
+    absl::StatusOr<NextStepResult> next =
+        (*agent)->NextStep(last, absl::Seconds(20));
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (next->drained) break;
+    EXPECT_EQ(next->step.rank(), 0);
+    // Asking again (a lost answer) gives the same step.
+    absl::StatusOr<NextStepResult> again =
+        (*agent)->NextStep(last, absl::Seconds(1));
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->step.step(), next->step.step());
+    steps.push_back(next->step.step());
+    ASSERT_TRUE((*agent)->ReportTimings(ReportOf(next->step)).ok());
+    // A report that arrives twice (a retry after a lost ack) is fine.
+    EXPECT_TRUE((*agent)->ReportTimings(ReportOf(next->step)).ok());
+    last = next->step.step();
+    ASSERT_LT(steps.size(), 10u);
+  }
+  EXPECT_THAT(steps, ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_TRUE((*agent)->WaitForDrainDelivered(absl::Seconds(1)).ok());
+  // Drained is final.
+  absl::StatusOr<NextStepResult> after =
+      (*agent)->NextStep(last, absl::Seconds(1));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->drained);
+
+  const AgentStats stats = (*agent)->Stats();
+  EXPECT_EQ(stats.steps_received, 5);
+  EXPECT_EQ(stats.steps_delivered, 5);
+  EXPECT_EQ(stats.reports_sent, 10);
+  EXPECT_EQ(stats.reconnects, 0);
+  EXPECT_EQ(server->control_plane().Status().completed_steps(), 5);
+}
+
+TEST(AgentTest, WaitsForPlanningAndTimesOut) {
+  // Look-ahead 1: step 1 is planned only once step 0 is reported.
+  auto server = StartServer(ServerOptions(1, 1, 0));
+  ASSERT_NE(server, nullptr);
+  auto agent = Agent::Start(AgentFor(*server, 0));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  absl::StatusOr<NextStepResult> first =
+      (*agent)->NextStep(-1, absl::Seconds(20));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->step.step(), 0);
+  absl::StatusOr<NextStepResult> early =
+      (*agent)->NextStep(0, absl::Milliseconds(200));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE((*agent)->ReportTimings(ReportOf(first->step)).ok());
+  absl::StatusOr<NextStepResult> second =
+      (*agent)->NextStep(0, absl::Seconds(20));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->step.step(), 1);
+}
+
+TEST(AgentTest, AsyncNextStepAnswersLaterTimesOutAndCancels) {
+  auto server = StartServer(ServerOptions(1, 1, 0));
+  ASSERT_NE(server, nullptr);
+  auto agent = Agent::Start(AgentFor(*server, 0));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  absl::StatusOr<NextStepResult> first =
+      (*agent)->NextStep(-1, absl::Seconds(20));
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  // Step 1 is not planned before step 0 is reported: the call waits.
+  absl::Notification answered;
+  absl::StatusOr<NextStepResult> answer = absl::UnknownError("none");
+  const int64_t id =
+      (*agent)->NextStepAsync(0, absl::Now() + absl::Seconds(20),
+                              [&](absl::StatusOr<NextStepResult> result) {
+                                answer = std::move(result);
+                                answered.Notify();
+                              });
+  EXPECT_NE(id, 0);
+  EXPECT_FALSE(
+      answered.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  ASSERT_TRUE((*agent)->ReportTimings(ReportOf(first->step)).ok());
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->step.step(), 1);
+  EXPECT_FALSE((*agent)->CancelNextStep(id));  // Already answered.
+
+  // Already there: answered inline.
+  bool inline_answer = false;
+  EXPECT_EQ((*agent)->NextStepAsync(0, absl::Now() + absl::Seconds(1),
+                                    [&](absl::StatusOr<NextStepResult> r) {
+                                      inline_answer = r.ok();
+                                    }),
+            0);
+  EXPECT_TRUE(inline_answer);
+
+  // Nothing comes (step 1 is not reported): the deadline answers.
+  absl::Notification timed_out;
+  absl::Status late;
+  (*agent)->NextStepAsync(1, absl::Now() + absl::Milliseconds(150),
+                          [&](absl::StatusOr<NextStepResult> r) {
+                            late = r.status();
+                            timed_out.Notify();
+                          });
+  ASSERT_TRUE(timed_out.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+
+  // Cancelled: the callback never runs, not even at shutdown.
+  std::atomic<bool> ran{false};
+  const int64_t cancelled = (*agent)->NextStepAsync(
+      1, absl::Now() + absl::Seconds(30),
+      [&](absl::StatusOr<NextStepResult>) { ran = true; });
+  EXPECT_TRUE((*agent)->CancelNextStep(cancelled));
+
+  // Pending at shutdown: answered UNAVAILABLE.
+  absl::Notification shut;
+  absl::Status at_shutdown;
+  (*agent)->NextStepAsync(1, absl::Now() + absl::Seconds(30),
+                          [&](absl::StatusOr<NextStepResult> r) {
+                            at_shutdown = r.status();
+                            shut.Notify();
+                          });
+  (*agent)->Shutdown();
+  ASSERT_TRUE(shut.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(at_shutdown.code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ((*agent)->NextStep(1, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
+  SchedulerServerOptions first_options = ServerOptions(1, 1, 0);
+  first_options.control_plane.session_id = "resume-test";
+  auto first = StartServer(first_options);
+  ASSERT_NE(first, nullptr);
+  const int port = first->port();
+  auto agent = Agent::Start(AgentFor(*first, 0));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+
+  std::vector<int64_t> steps;
+  int64_t last = -1;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<NextStepResult> next =
+        (*agent)->NextStep(last, absl::Seconds(20));
+    ASSERT_TRUE(next.ok()) << next.status();
+    steps.push_back(next->step.step());
+    ASSERT_TRUE((*agent)->ReportTimings(ReportOf(next->step)).ok());
+    last = next->step.step();
+  }
+  // The scheduler goes away and comes back on the same port and session
+  // (a new process would have a new session: see the next test).
+  first->Shutdown();
+  first.reset();
+  SchedulerServerOptions second_options = ServerOptions(1, 8, 6);
+  second_options.control_plane.session_id = "resume-test";
+  second_options.listen_address = absl::StrCat("127.0.0.1:", port);
+  auto second = StartServer(second_options);
+  ASSERT_NE(second, nullptr);
+
+  while (true) {
+    absl::StatusOr<NextStepResult> next =
+        (*agent)->NextStep(last, absl::Seconds(20));
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (next->drained) break;
+    steps.push_back(next->step.step());
+    ASSERT_TRUE((*agent)->ReportTimings(ReportOf(next->step)).ok());
+    last = next->step.step();
+    ASSERT_LT(steps.size(), 10u);
+  }
+  EXPECT_THAT(steps, ElementsAre(0, 1, 2, 3, 4, 5));
+  EXPECT_GE((*agent)->Stats().reconnects, 1);
+}
+
+TEST(AgentTest, NewSchedulerSessionIsAnError) {
+  SchedulerServerOptions first_options = ServerOptions(1, 1, 0);
+  auto first = StartServer(first_options);
+  ASSERT_NE(first, nullptr);
+  const int port = first->port();
+  auto agent = Agent::Start(AgentFor(*first, 0));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  absl::StatusOr<NextStepResult> step0 =
+      (*agent)->NextStep(-1, absl::Seconds(20));
+  ASSERT_TRUE(step0.ok()) << step0.status();
+  first->Shutdown();
+  first.reset();
+  SchedulerServerOptions second_options = ServerOptions(1, 1, 0);
+  second_options.listen_address = absl::StrCat("127.0.0.1:", port);
+  auto second = StartServer(second_options);
+  ASSERT_NE(second, nullptr);
+  absl::StatusOr<NextStepResult> next =
+      (*agent)->NextStep(0, absl::Seconds(20));
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(next.status().message(), HasSubstr("restarted"));
+}
+
+TEST(AgentTest, TakenOverRankFails) {
+  auto server = StartServer(ServerOptions(1, 1, 0));
+  ASSERT_NE(server, nullptr);
+  auto first = Agent::Start(AgentFor(*server, 0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->NextStep(-1, absl::Seconds(20)).ok());
+  auto second = Agent::Start(AgentFor(*server, 0));
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<NextStepResult> next =
+      (*first)->NextStep(0, absl::Seconds(20));
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(next.status().message(), HasSubstr("taken over"));
+  // The newcomer resumes where the rank stands: step 0 is not reported.
+  absl::StatusOr<NextStepResult> resumed =
+      (*second)->NextStep(-1, absl::Seconds(20));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->step.step(), 0);
+}
+
+TEST(AgentTest, ReportOfAnotherRankIsRefused) {
+  auto server = StartServer(ServerOptions(2, 2, 0));
+  ASSERT_NE(server, nullptr);
+  auto agent = Agent::Start(AgentFor(*server, 0));
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  v1::TimingReport report;
+  report.set_rank(1);
+  EXPECT_EQ((*agent)->ReportTimings(report).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A report the scheduler rejects comes back with its reason.
+  report.set_rank(0);
+  report.set_step(1000);
+  absl::Status status = (*agent)->ReportTimings(report);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("not been planned"));
+}
+
+TEST(AgentTest, FormsGroupsAheadAndHandsOutUsableCommunicators) {
+  auto server = StartServer(ServerOptions(2, 2, 2));
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<Agent>> agents(2);
+  for (int r = 0; r < 2; ++r) {
+    auto agent = Agent::Start(AgentFor(*server, r));
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agents[r] = *std::move(agent);
+  }
+  std::vector<absl::Status> results(2);
+  std::vector<int> groups_used(2, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Agent& agent = *agents[r];
+      int64_t last = -1;
+      while (true) {
+        absl::StatusOr<NextStepResult> next =
+            agent.NextStep(last, absl::Seconds(30));
+        if (!next.ok()) {
+          results[r] = next.status();
+          return;
+        }
+        if (next->drained) return;
+        for (const v1::CommGroup& group : next->step.groups()) {
+          absl::StatusOr<Communicator*> comm = agent.Group(group);
+          if (!comm.ok()) {
+            results[r] = comm.status();
+            return;
+          }
+          float value = static_cast<float>(r + 1);
+          absl::Status s = (*comm)->AllReduceSum(&value, 1);
+          if (!s.ok() || value != 3.0f) {
+            results[r] = absl::InternalError(
+                absl::StrCat("all-reduce: ", s.ToString(), " ", value));
+            return;
+          }
+          ++groups_used[r];
+        }
+        absl::Status reported = agent.ReportTimings(ReportOf(next->step));
+        if (!reported.ok()) {
+          results[r] = reported;
+          return;
+        }
+        last = next->step.step();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    EXPECT_GE(groups_used[r], 1) << "rank " << r;
+    const AgentStats stats = agents[r]->Stats();
+    // The group [0, 1] is formed once (warmed or on first use), then reused.
+    EXPECT_EQ(stats.groups_live, 1) << "rank " << r;
+    EXPECT_EQ(stats.group_failures, 0);
+    EXPECT_GE(stats.cache_hits + stats.cache_misses, groups_used[r]);
+  }
+
+  v1::CommGroup foreign;
+  foreign.set_id(9);
+  foreign.add_ranks(1);
+  foreign.add_ranks(2);
+  foreign.set_rendezvous_prefix("x/");
+  EXPECT_EQ(agents[0]->Group(foreign).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dcp

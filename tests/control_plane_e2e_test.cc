@@ -1,0 +1,698 @@
+// The control plane end to end: the real dcp-scheduler binary and eight
+// real dcp-agent processes in execute mode (from the test's runfiles, no
+// shell), over a skewed trace the test writes, on a world of 8 ranks with 4
+// per "node" so groups span nodes. Checks, from the agents' logs and
+// `dcp-ctl --json status`, that every rank ran steps 0..49 in order, that
+// the members of every task ran the same samples, that every sample of
+// every step ran in exactly one task (against the scheduler's own step
+// builder over the same trace), and that the timings reached the scheduler
+// and refitted its cost model.
+//
+// A second test runs the same checks with the scheduler and eight agents
+// (each with its task executor) as threads of this process; a third runs
+// dcp-agent in serve mode for trainers that use client_lib's sidecar mode.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client_lib/client.h"
+#include "common/model_spec.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/plan.h"
+#include "scheduler/scheduler_server.h"
+#include "scheduler/step_builder.h"
+#include "worker_agent/agent.h"
+#include "worker_agent/task_executor.h"
+
+namespace dcp {
+namespace {
+
+constexpr int kWorld = 8;
+constexpr int kGpusPerNode = 4;
+constexpr int64_t kWindow = 32768;
+constexpr int64_t kTokensPerStep = 65536;
+constexpr uint64_t kSeed = 0;
+constexpr int kSteps = 50;
+/// Sequence lengths run on the CPU are divided by this.
+constexpr int kTokenScale = 64;
+
+std::string EnvOrEmpty(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
+std::string TmpPath(const std::string& name) {
+  return EnvOrEmpty("TEST_TMPDIR") + "/" + name;
+}
+
+std::string Binary(const std::string& path) {
+  return EnvOrEmpty("TEST_SRCDIR") + "/dcp/" + path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  return out.good();
+}
+
+/// A skewed trace: mostly short samples, some medium, a few long ones (some
+/// beyond the window). mt19937's raw output is the same everywhere.
+std::vector<int32_t> SkewedLengths(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int kind = rng() % 100;
+    if (kind < 80) {
+      out.push_back(64 + rng() % 2000);
+    } else if (kind < 96) {
+      out.push_back(2000 + rng() % 14000);
+    } else {
+      out.push_back(16000 + rng() % 40000);
+    }
+  }
+  return out;
+}
+
+/// The tiny transformer the plans are for: heads divisible by the world.
+ModelSpec TinyModel() {
+  ModelSpec model;
+  model.name = "tiny-e2e";
+  model.layers = 1;
+  model.hidden = 256;
+  model.heads = 8;
+  model.kv_heads = 8;
+  model.ffn = 512;
+  model.vocab = 1000;
+  model.causal = true;
+  return model;
+}
+
+std::string ModelJson(const ModelSpec& m) {
+  return nlohmann::json{{"name", m.name},         {"layers", m.layers},
+                        {"hidden", m.hidden},     {"heads", m.heads},
+                        {"kv_heads", m.kv_heads}, {"ffn", m.ffn},
+                        {"vocab", m.vocab},       {"causal", m.causal}}
+      .dump();
+}
+
+// ------------------------------------------------------------- processes
+
+/// A child process with stdout and stderr in files.
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  std::string out_path;
+  std::string err_path;
+  int exit_code = -1;  // -1 while running or when killed by a signal.
+  bool done = false;
+};
+
+Child Spawn(const std::string& name, const std::vector<std::string>& argv) {
+  Child child;
+  child.name = name;
+  child.out_path = TmpPath(name + ".out");
+  child.err_path = TmpPath(name + ".err");
+  // Everything the child needs is made before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<char*> args;
+  for (const std::string& a : argv) {
+    args.push_back(const_cast<char*>(a.c_str()));
+  }
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out =
+        open(child.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err =
+        open(child.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
+      _exit(126);
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  child.pid = pid;
+  return child;
+}
+
+/// Reaps `child` if it has exited; true when it has.
+bool Poll(Child& child) {
+  if (child.done) return true;
+  int status = 0;
+  const pid_t r = waitpid(child.pid, &status, WNOHANG);
+  if (r != child.pid) return false;
+  child.done = true;
+  child.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return true;
+}
+
+/// Waits for every child up to `deadline`; false when some still run.
+bool WaitAll(std::vector<Child>& children, absl::Time deadline) {
+  while (true) {
+    bool all = true;
+    for (Child& c : children) all = Poll(c) && all;
+    if (all) return true;
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+void KillAll(std::vector<Child>& children) {
+  for (Child& c : children) {
+    if (!Poll(c)) kill(c.pid, SIGKILL);
+  }
+  for (Child& c : children) {
+    if (!c.done) {
+      int status = 0;
+      waitpid(c.pid, &status, 0);
+      c.done = true;
+    }
+  }
+}
+
+std::string Describe(const std::vector<Child>& children) {
+  std::string out;
+  for (const Child& c : children) {
+    absl::StrAppend(&out, "---- ", c.name, " (exit ", c.exit_code, ")\n",
+                    ReadFile(c.err_path), "\n");
+  }
+  return out;
+}
+
+/// Runs a short command to completion; returns its stdout, or "" and a
+/// failure.
+std::string RunToEnd(const std::string& name,
+                     const std::vector<std::string>& argv) {
+  std::vector<Child> one = {Spawn(name, argv)};
+  if (!WaitAll(one, absl::Now() + absl::Seconds(30))) {
+    KillAll(one);
+    ADD_FAILURE() << name << " did not finish:\n" << Describe(one);
+    return "";
+  }
+  EXPECT_EQ(one[0].exit_code, 0) << Describe(one);
+  return ReadFile(one[0].out_path);
+}
+
+/// Starts dcp-scheduler over `trace_path` on 127.0.0.1:0 and returns its
+/// port once it serves (0 and a failure when it does not start).
+int StartScheduler(const std::string& trace_path, const std::string& model_path,
+                   int world, int steps, std::vector<Child>& scheduler) {
+  const std::string port_path =
+      TmpPath(absl::StrCat("scheduler-", world, ".port"));
+  scheduler = {Spawn(
+      absl::StrCat("scheduler-", world),
+      {Binary("scheduler/dcp-scheduler"), "--lengths=" + trace_path,
+       "--model_config=" + model_path, absl::StrCat("--world_size=", world),
+       absl::StrCat("--gpus_per_node=", kGpusPerNode),
+       absl::StrCat("--window=", kWindow),
+       absl::StrCat("--tokens_per_step=", kTokensPerStep),
+       absl::StrCat("--seed=", kSeed), absl::StrCat("--max_steps=", steps),
+       "--lookahead_steps=4", "--refit_every=16", "--listen=127.0.0.1:0",
+       "--port_file=" + port_path})};
+  // The port file appears once the scheduler serves.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {
+    int port = 0;
+    const std::string text = ReadFile(port_path);
+    if (!text.empty() &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) {
+      return port;
+    }
+    if (Poll(scheduler[0]) || absl::Now() > deadline) {
+      KillAll(scheduler);
+      ADD_FAILURE() << "the scheduler did not start:\n" << Describe(scheduler);
+      return 0;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+/// Stops the scheduler with `dcp-ctl stop`; it must exit 0.
+void StopScheduler(const std::string& address, std::vector<Child>& scheduler) {
+  RunToEnd("ctl-stop",
+           {Binary("scheduler/dcp-ctl"), "--scheduler=" + address, "stop"});
+  if (!WaitAll(scheduler, absl::Now() + absl::Seconds(30))) {
+    KillAll(scheduler);
+    ADD_FAILURE() << "the scheduler did not stop:\n" << Describe(scheduler);
+  }
+  EXPECT_EQ(scheduler[0].exit_code, 0) << Describe(scheduler);
+}
+
+// ---------------------------------------------------------------- checks
+
+/// One task as one rank logged it.
+struct TaskLine {
+  int64_t step = 0;
+  int rank = 0;
+  int task_index = 0;
+  int micro_step = 0;
+  std::vector<int> group;
+  std::vector<int64_t> samples;
+  double seconds = 0;
+};
+
+/// Per rank: the steps it logged, in order, and its tasks.
+struct RankLog {
+  std::vector<int64_t> steps;
+  std::vector<TaskLine> tasks;
+};
+
+/// Parses an agent's execute-mode log (FormatExecutionLog).
+RankLog ParseLog(const std::string& text, int rank) {
+  RankLog log;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) {
+      ADD_FAILURE() << "rank " << rank << ": bad log line: " << line;
+      continue;
+    }
+    EXPECT_EQ(j.value("rank", -1), rank) << line;
+    if (j.value("kind", "") == "step") {
+      log.steps.push_back(j["step"].get<int64_t>());
+      EXPECT_EQ(j["tasks"].get<int>(),
+                std::count_if(log.tasks.begin(), log.tasks.end(),
+                              [&](const TaskLine& t) {
+                                return t.step == j["step"].get<int64_t>();
+                              }))
+          << line;
+      continue;
+    }
+    TaskLine t;
+    t.step = j["step"].get<int64_t>();
+    t.rank = rank;
+    t.task_index = j["task_index"].get<int>();
+    t.micro_step = j["micro_step"].get<int>();
+    t.group = j["group"].get<std::vector<int>>();
+    t.samples = j["samples"].get<std::vector<int64_t>>();
+    t.seconds = j["seconds"].get<double>();
+    log.tasks.push_back(std::move(t));
+  }
+  return log;
+}
+
+/// The checks both tests make on what the ranks logged.
+void CheckRun(const std::vector<RankLog>& logs,
+              const std::vector<int32_t>& lengths, int steps) {
+  // Every rank ran steps 0..steps-1 in order, its tasks in micro-step
+  // order.
+  std::vector<int64_t> all_steps;
+  for (int s = 0; s < steps; ++s) all_steps.push_back(s);
+  for (size_t r = 0; r < logs.size(); ++r) {
+    EXPECT_EQ(logs[r].steps, all_steps) << "rank " << r;
+    int64_t step = -1;
+    int micro = 0;
+    for (const TaskLine& t : logs[r].tasks) {
+      if (t.step != step) {
+        EXPECT_GT(t.step, step) << "rank " << r;
+        step = t.step;
+        micro = 0;
+      }
+      EXPECT_EQ(t.micro_step, micro++) << "rank " << r << " step " << t.step;
+      EXPECT_GT(t.seconds, 0);
+    }
+  }
+
+  // Group agreement: every member of a task logged it, with the same
+  // group and samples.
+  struct Seen {
+    std::vector<int> group;
+    std::vector<int64_t> samples;
+    std::set<int> ranks;
+  };
+  std::map<std::pair<int64_t, int>, Seen> tasks;
+  int multi_rank_tasks = 0;
+  std::set<std::vector<int>> groups;
+  for (const RankLog& log : logs) {
+    for (const TaskLine& t : log.tasks) {
+      auto [it, inserted] = tasks.try_emplace({t.step, t.task_index});
+      Seen& seen = it->second;
+      if (inserted) {
+        seen.group = t.group;
+        seen.samples = t.samples;
+      } else {
+        EXPECT_EQ(seen.group, t.group)
+            << "step " << t.step << " task " << t.task_index;
+        EXPECT_EQ(seen.samples, t.samples)
+            << "step " << t.step << " task " << t.task_index;
+      }
+      seen.ranks.insert(t.rank);
+    }
+  }
+  for (const auto& [key, seen] : tasks) {
+    EXPECT_EQ(std::set<int>(seen.group.begin(), seen.group.end()), seen.ranks)
+        << "step " << key.first << " task " << key.second;
+    if (seen.group.size() > 1) {
+      ++multi_rank_tasks;
+      groups.insert(seen.group);
+    }
+  }
+  // The trace is skewed enough that groups form, some across nodes.
+  EXPECT_GT(multi_rank_tasks, 0);
+  bool spans_nodes = false;
+  for (const std::vector<int>& g : groups) {
+    spans_nodes |= g.front() / kGpusPerNode != g.back() / kGpusPerNode;
+  }
+  EXPECT_TRUE(spans_nodes) << groups.size() << " groups, none across nodes";
+
+  // Every sample of every step ran in exactly one task, none twice: the
+  // steps are the scheduler's step builder over the same trace.
+  StepBuilderOptions options;
+  options.tokens_per_step = kTokensPerStep;
+  options.seed = kSeed;
+  absl::StatusOr<std::vector<std::vector<int64_t>>> expected =
+      BuildSteps(LengthView(lengths, kWindow), options, steps);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  std::map<int64_t, std::multiset<int64_t>> ran;
+  for (const auto& [key, seen] : tasks) {
+    ran[key.first].insert(seen.samples.begin(), seen.samples.end());
+  }
+  for (int s = 0; s < steps; ++s) {
+    const std::multiset<int64_t> want((*expected)[s].begin(),
+                                      (*expected)[s].end());
+    EXPECT_EQ(ran[s], want) << "step " << s;
+    EXPECT_EQ(std::set<int64_t>(ran[s].begin(), ran[s].end()).size(),
+              ran[s].size())
+        << "step " << s << " ran a sample twice";
+  }
+}
+
+/// A number of a proto3 JSON (int64 fields are printed as strings).
+double JsonNumber(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  double value = 0;
+  if (j.is_string() && absl::SimpleAtod(j.get<std::string>(), &value)) {
+    return value;
+  }
+  ADD_FAILURE() << "not a number: " << j.dump();
+  return 0;
+}
+
+/// Whether some coefficient moved away from the initial value by more than
+/// a relative 1e-6.
+bool CoefficientsChanged(const std::map<std::string, double>& before,
+                         const std::map<std::string, double>& after) {
+  for (const auto& [name, value] : before) {
+    auto it = after.find(name);
+    if (it == after.end()) continue;
+    if (std::abs(it->second - value) > 1e-6 * std::abs(value) + 1e-30) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::map<std::string, double> Coefficients(const nlohmann::json& status) {
+  std::map<std::string, double> out;
+  for (const auto& [name, value] : status["coefficients"].items()) {
+    out[name] = JsonNumber(value);
+  }
+  return out;
+}
+
+// ----------------------------------------------------------------- tests
+
+TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
+  const std::vector<int32_t> lengths = SkewedLengths(300, 17);
+  std::string trace;
+  for (int32_t l : lengths) absl::StrAppend(&trace, l, "\n");
+  const std::string trace_path = TmpPath("trace.txt");
+  const std::string model_path = TmpPath("model.json");
+  ASSERT_TRUE(WriteFile(trace_path, trace));
+  ASSERT_TRUE(WriteFile(model_path, ModelJson(TinyModel())));
+
+  std::vector<Child> scheduler;
+  const int port =
+      StartScheduler(trace_path, model_path, kWorld, kSteps, scheduler);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string ctl = Binary("scheduler/dcp-ctl");
+
+  // Before any timing: the data-sheet model (CostModel::FromSpecs).
+  const nlohmann::json initial = nlohmann::json::parse(
+      RunToEnd("ctl-initial",
+               {ctl, "--scheduler=" + address, "--json", "status"}),
+      nullptr, false);
+  ASSERT_FALSE(initial.is_discarded());
+  EXPECT_EQ(JsonNumber(initial["refits"]), 0);
+
+  const absl::Time started = absl::Now();
+  std::vector<Child> agents;
+  for (int r = 0; r < kWorld; ++r) {
+    agents.push_back(Spawn(
+        absl::StrCat("agent-", r),
+        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
+         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
+         "--mode=execute", "--model_config=" + model_path,
+         absl::StrCat("--token_scale=", kTokenScale),
+         "--rendezvous_timeout=60s",
+         "--log_file=" + TmpPath(absl::StrCat("agent-", r, ".jsonl"))}));
+  }
+  if (!WaitAll(agents, absl::Now() + absl::Seconds(150))) {
+    KillAll(agents);
+    KillAll(scheduler);
+    FAIL() << "the agents did not finish in time:\n"
+           << Describe(agents) << Describe(scheduler);
+  }
+  const absl::Duration run_time = absl::Now() - started;
+  bool all_ok = true;
+  for (const Child& a : agents) all_ok &= a.exit_code == 0;
+  if (!all_ok) {
+    KillAll(scheduler);
+    FAIL() << "an agent failed:\n" << Describe(agents) << Describe(scheduler);
+  }
+  std::fprintf(stderr, "8 agents ran %d steps in %.1f s\n", kSteps,
+               absl::ToDoubleSeconds(run_time));
+
+  const nlohmann::json status = nlohmann::json::parse(
+      RunToEnd("ctl-status",
+               {ctl, "--scheduler=" + address, "--json", "status"}),
+      nullptr, false);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(JsonNumber(status["planned_steps"]), kSteps);
+  EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
+  EXPECT_EQ(JsonNumber(status["timing_reports"]), kSteps * kWorld);
+  EXPECT_GT(JsonNumber(status["refits"]), 0);
+  EXPECT_EQ(status.value("planner_error", ""), "");
+  EXPECT_TRUE(CoefficientsChanged(Coefficients(initial), Coefficients(status)))
+      << "initial " << initial["coefficients"].dump() << "\nnow "
+      << status["coefficients"].dump();
+
+  StopScheduler(address, scheduler);
+
+  std::vector<RankLog> logs;
+  for (int r = 0; r < kWorld; ++r) {
+    logs.push_back(
+        ParseLog(ReadFile(TmpPath(absl::StrCat("agent-", r, ".jsonl"))), r));
+  }
+  CheckRun(logs, lengths, kSteps);
+}
+
+TEST(ControlPlaneE2eTest, EightInProcessAgentsRunTheSameChecks) {
+  constexpr int kInProcessSteps = 12;
+  const std::vector<int32_t> lengths = SkewedLengths(300, 17);
+  SchedulerServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.lengths = lengths;
+  cp.window = kWindow;
+  cp.tokens_per_step = kTokensPerStep;
+  cp.seed = kSeed;
+  cp.model = TinyModel();
+  cp.world_size = kWorld;
+  cp.cluster.gpus_per_node = kGpusPerNode;
+  cp.max_steps = kInProcessSteps;
+  cp.lookahead_steps = 4;
+  cp.refit_every = 16;
+  absl::StatusOr<std::unique_ptr<SchedulerServer>> server =
+      SchedulerServer::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  std::vector<std::string> texts(kWorld);
+  std::vector<absl::Status> results(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      AgentOptions agent_options;
+      agent_options.scheduler_address = (*server)->address();
+      agent_options.rank = r;
+      agent_options.world_size = kWorld;
+      agent_options.rendezvous_timeout = absl::Seconds(60);
+      absl::StatusOr<std::unique_ptr<Agent>> agent =
+          Agent::Start(agent_options);
+      if (!agent.ok()) {
+        results[r] = agent.status();
+        return;
+      }
+      TaskExecutorOptions executor_options;
+      executor_options.rank = r;
+      executor_options.num_heads = TinyModel().heads;
+      executor_options.head_dim = TinyModel().hidden / TinyModel().heads;
+      executor_options.token_scale = kTokenScale;
+      absl::StatusOr<std::unique_ptr<TaskExecutor>> executor =
+          TaskExecutor::Create(executor_options);
+      if (!executor.ok()) {
+        results[r] = executor.status();
+        return;
+      }
+      int64_t last = -1;
+      while (true) {
+        absl::StatusOr<NextStepResult> next =
+            (*agent)->NextStep(last, absl::Seconds(60));
+        if (!next.ok()) {
+          results[r] = next.status();
+          break;
+        }
+        if (next->drained) break;
+        absl::StatusOr<StepExecution> done = (*executor)->RunStep(
+            next->step,
+            [&agent](const v1::CommGroup& g) { return (*agent)->Group(g); });
+        if (!done.ok()) {
+          results[r] = done.status();
+          break;
+        }
+        texts[r] += FormatExecutionLog(next->step, *done);
+        if (absl::Status s = (*agent)->ReportTimings(done->report); !s.ok()) {
+          results[r] = s;
+          break;
+        }
+        last = next->step.step();
+      }
+      // A rank that failed aborts its groups so the others do not hang.
+      (*agent)->Shutdown();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  }
+  const v1::StatusResponse status = (*server)->control_plane().Status();
+  EXPECT_EQ(status.completed_steps(), kInProcessSteps);
+  EXPECT_EQ(status.timing_reports(), kInProcessSteps * kWorld);
+  EXPECT_GT(status.refits(), 0);
+
+  std::vector<RankLog> logs;
+  for (int r = 0; r < kWorld; ++r) logs.push_back(ParseLog(texts[r], r));
+  CheckRun(logs, lengths, kInProcessSteps);
+}
+
+TEST(ControlPlaneE2eTest, ServeModeAgentsFeedSidecarTrainers) {
+  constexpr int kServeWorld = 2;
+  constexpr int kServeSteps = 6;
+  std::string trace;
+  for (int32_t l : SkewedLengths(300, 17)) absl::StrAppend(&trace, l, "\n");
+  const std::string trace_path = TmpPath("serve-trace.txt");
+  const std::string model_path = TmpPath("serve-model.json");
+  ASSERT_TRUE(WriteFile(trace_path, trace));
+  ASSERT_TRUE(WriteFile(model_path, ModelJson(TinyModel())));
+  std::vector<Child> scheduler;
+  const int port = StartScheduler(trace_path, model_path, kServeWorld,
+                                  kServeSteps, scheduler);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+
+  // Unix socket paths are short (108 bytes): not under TEST_TMPDIR, but in
+  // a directory of this run's own (sandboxes share /tmp and pids).
+  char dir[] = "/tmp/dcp-e2e-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::vector<std::string> sockets;
+  std::vector<Child> agents;
+  for (int r = 0; r < kServeWorld; ++r) {
+    sockets.push_back(absl::StrCat(dir, "/agent-", r, ".sock"));
+    agents.push_back(Spawn(
+        absl::StrCat("serve-agent-", r),
+        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
+         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kServeWorld),
+         "--mode=serve", "--socket=" + sockets[r]}));
+  }
+
+  std::vector<absl::Status> results(kServeWorld);
+  std::vector<std::vector<int64_t>> steps(kServeWorld);
+  std::vector<std::thread> trainers;
+  for (int r = 0; r < kServeWorld; ++r) {
+    trainers.emplace_back([&, r] {
+      ClientOptions options;
+      options.mode = ClientOptions::Mode::kSidecar;
+      options.agent_socket = sockets[r];
+      options.rank = r;
+      options.rpc_timeout = absl::Seconds(30);
+      options.step_timeout = absl::Seconds(30);
+      absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+      if (!client.ok()) {
+        results[r] = client.status();
+        return;
+      }
+      while (true) {
+        absl::StatusOr<Step> step = (*client)->NextStep();
+        if (!step.ok()) {
+          results[r] = step.status();
+          return;
+        }
+        if (step->drained) return;
+        steps[r].push_back(step->step);
+        absl::Status reported = (*client)->ReportStep(
+            *step, std::vector<double>(step->tasks.size(), 0.01));
+        if (!reported.ok()) {
+          results[r] = reported;
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : trainers) t.join();
+  // The agents exit 0 once their trainer was told the job is drained.
+  if (!WaitAll(agents, absl::Now() + absl::Seconds(30))) {
+    KillAll(agents);
+    ADD_FAILURE() << "the serving agents did not exit:\n" << Describe(agents);
+  }
+  for (int r = 0; r < kServeWorld; ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    EXPECT_EQ(steps[r], std::vector<int64_t>({0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(agents[r].exit_code, 0) << Describe(agents);
+  }
+  const nlohmann::json status = nlohmann::json::parse(
+      RunToEnd("ctl-serve-status",
+               {Binary("scheduler/dcp-ctl"), "--scheduler=" + address, "--json",
+                "status"}),
+      nullptr, false);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(JsonNumber(status["timing_reports"]), kServeSteps * kServeWorld);
+  StopScheduler(address, scheduler);
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace dcp
