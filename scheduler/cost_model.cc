@@ -126,19 +126,12 @@ absl::StatusOr<CostModel> CostModel::Fit(
   if (prior_weight <= 0) {
     return absl::InvalidArgumentError("prior_weight must be positive");
   }
-  // Relative parametrisation: coefficient_j = current_j * (1 + delta_j), so
-  // the prior pulls every delta to 0 on the same scale, and residuals are
-  // divided by the measured time so that long and short tasks count alike.
-  const double base[kNumTimeFeatures] = {c_.lin,
-                                         c_.attn,
-                                         c_.a2a_byte_intra,
-                                         c_.a2a_fixed_intra,
-                                         c_.a2a_byte_inter,
-                                         c_.a2a_fixed_inter,
-                                         c_.fixed};
-  std::vector<std::vector<double>> ata(
-      kNumTimeFeatures, std::vector<double>(kNumTimeFeatures, 0));
-  std::vector<double> atb(kNumTimeFeatures, 0);
+  // First one common scale for every time coefficient: the geometric mean
+  // of measured / predicted, shrunk towards 1 by `prior_weight`
+  // pseudo-observations. Hardware that is uniformly slower or faster than its
+  // data sheet (or a CPU standing in for a GPU) is then matched at once, and
+  // the per-coefficient fit below only has to correct the shape.
+  double log_ratio = 0;
   for (size_t i = 0; i < observations.size(); ++i) {
     const TaskObservation& o = observations[i];
     if (o.group_size <= 0 || o.lengths.empty() || !(o.seconds > 0) ||
@@ -148,12 +141,34 @@ absl::StatusOr<CostModel> CostModel::Fit(
           ": needs a positive group size, at least one length, positive "
           "seconds and recompute in [0, 1]"));
     }
-    double tokens = 0, units = 0;
     for (int64_t s : o.lengths) {
       if (s <= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("observation ", i, ": lengths must be positive"));
       }
+    }
+    log_ratio += std::log(o.seconds / TaskSeconds(o.group_size, o.intra_node,
+                                                  o.lengths, o.recompute));
+  }
+  const double scale = std::exp(
+      log_ratio / (static_cast<double>(observations.size()) + prior_weight));
+  // Then a relative parametrisation: coefficient_j = scaled_j * (1 + delta_j),
+  // so the prior pulls every delta to 0 on the same scale, and residuals are
+  // divided by the measured time so that long and short tasks count alike.
+  const double base[kNumTimeFeatures] = {scale * c_.lin,
+                                         scale * c_.attn,
+                                         scale * c_.a2a_byte_intra,
+                                         scale * c_.a2a_fixed_intra,
+                                         scale * c_.a2a_byte_inter,
+                                         scale * c_.a2a_fixed_inter,
+                                         scale * c_.fixed};
+  std::vector<std::vector<double>> ata(
+      kNumTimeFeatures, std::vector<double>(kNumTimeFeatures, 0));
+  std::vector<double> atb(kNumTimeFeatures, 0);
+  for (size_t i = 0; i < observations.size(); ++i) {
+    const TaskObservation& o = observations[i];
+    double tokens = 0, units = 0;
+    for (int64_t s : o.lengths) {
       tokens += static_cast<double>(s);
       units += AttentionUnits(static_cast<double>(s));
     }

@@ -91,10 +91,12 @@ class CostModel {
   const ModelSpec& model() const { return model_; }
   const Coefficients& coefficients() const { return c_; }
 
-  /// Re-estimates the time coefficients from observations (weighted ridge
-  /// least squares towards the current coefficients with `prior_weight`
-  /// pseudo-observations each). Half-token constants stay fixed. Returns the
-  /// new model; INVALID_ARGUMENT for observations that make no sense.
+  /// Re-estimates the time coefficients from observations: first one common
+  /// scale (geometric mean of measured / predicted), then weighted ridge
+  /// least squares of each coefficient towards the scaled ones; both are
+  /// shrunk by `prior_weight` pseudo-observations. Half-token constants and
+  /// the gradient sync stay fixed. Returns the new model; INVALID_ARGUMENT
+  /// for observations that make no sense.
   absl::StatusOr<CostModel> Fit(absl::Span<const TaskObservation> observations,
                                 double prior_weight = 1.0) const;
 

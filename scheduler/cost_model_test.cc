@@ -89,6 +89,26 @@ TEST(CostModelTest, FitRecoversCoefficientsFromTimings) {
   EXPECT_NEAR(fitted->coefficients().attn / c.attn, 1.0, 0.02);
 }
 
+TEST(CostModelTest, FitFollowsHardwareFarFromTheDataSheet) {
+  // A CPU standing in for an H200: every task 300x slower. The default prior
+  // must not hold the model near the data sheet.
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = sheet.coefficients();
+  for (double* x : {&c.lin, &c.attn, &c.a2a_byte_intra, &c.a2a_fixed_intra,
+                    &c.a2a_byte_inter, &c.a2a_fixed_inter, &c.fixed}) {
+    *x *= 300;
+  }
+  c.attn *= 2;
+  CostModel truth(c, m, sheet.memory_cap(), 8);
+  std::vector<TaskObservation> train = Observe(truth, 200, 4);
+  std::vector<TaskObservation> test = Observe(truth, 100, 5);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(train);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_GT(sheet.MeanRelativeError(test), 0.99);
+  EXPECT_LT(fitted->MeanRelativeError(test), 0.05);
+}
+
 TEST(CostModelTest, StrongPriorMovesLittle) {
   ModelSpec m = *BuiltinModel("llama3-8b");
   CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
