@@ -166,10 +166,7 @@ ControlPlane::StepRecord ControlPlane::MakeRecord(const StepPlan& plan,
     group.set_rendezvous_prefix(absl::StrCat(
         session_id_, "/e", epoch, "/g", absl::StrJoin(group.ranks(), "-")));
   }
-  record.views.reserve(options_.world_size);
-  for (int rank = 0; rank < options_.world_size; ++rank) {
-    record.views.push_back(RankView(record.plan, rank));
-  }
+  record.views = AllRankViews(record.plan, options_.world_size);
   record.reported.assign(options_.world_size, false);
   record.rank_seconds.assign(options_.world_size, 0.0);
   return record;

@@ -299,4 +299,35 @@ v1::RankStep RankView(const v1::StepPlan& plan, int rank) {
   return out;
 }
 
+std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
+                                       int world_size) {
+  std::vector<v1::RankStep> views(std::max(world_size, 0));
+  for (int rank = 0; rank < world_size; ++rank) {
+    v1::RankStep& v = views[rank];
+    v.set_epoch(plan.epoch());
+    v.set_step(plan.step());
+    v.set_rank(rank);
+    v.set_total_tokens(plan.total_tokens());
+  }
+  auto named = [&](int rank) { return rank >= 0 && rank < world_size; };
+  for (const v1::Task& task : plan.tasks()) {
+    for (int rank : task.ranks()) {
+      if (named(rank)) *views[rank].add_tasks() = task;
+    }
+  }
+  std::vector<const v1::CommGroup*> groups;
+  groups.reserve(plan.groups_size());
+  for (const v1::CommGroup& group : plan.groups()) groups.push_back(&group);
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const v1::CommGroup* a, const v1::CommGroup* b) {
+                     return a->id() < b->id();
+                   });
+  for (const v1::CommGroup* group : groups) {
+    for (int rank : group->ranks()) {
+      if (named(rank)) *views[rank].add_groups() = *group;
+    }
+  }
+  return views;
+}
+
 }  // namespace dcp

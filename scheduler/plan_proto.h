@@ -16,6 +16,7 @@
 /// All functions are pure and thread-compatible.
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/plan.pb.h"
@@ -70,6 +71,12 @@ absl::StatusOr<StepPlan> FromProto(const v1::StepPlan& plan);
 /// containing it, ascending by id. A rank named by no task gets a RankStep
 /// with no tasks and no groups. Does not validate `plan`.
 v1::RankStep RankView(const v1::StepPlan& plan, int rank);
+
+/// `RankView` of every rank in [0, world_size), in one pass over the plan:
+/// O(tasks x group size) rather than O(world x tasks). Ranks outside the
+/// world are ignored. Does not validate `plan`.
+std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
+                                       int world_size);
 
 }  // namespace dcp
 

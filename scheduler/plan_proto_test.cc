@@ -193,6 +193,25 @@ TEST_F(PlanProtoTest, RankViewSortsGroupsById) {
   EXPECT_THAT(view.groups(1).ranks(), ElementsAre(1, 2));
 }
 
+TEST_F(PlanProtoTest, AllRankViewsEqualsRankViewOfEveryRank) {
+  StepPlan plan;
+  plan.samples = {0, 1, 2};
+  plan.tasks = {
+      {{0, 1}, {0}, {}, 0.0}, {{1, 2}, {1}, {}, 0.0}, {{1}, {2}, {}, 0.0}};
+  v1::StepPlan wire = ToProto(plan, lengths(), 3);
+  wire.mutable_groups()->SwapElements(0, 1);  // views must still sort by id
+  for (const v1::StepPlan& p : {Wire(), wire}) {
+    const std::vector<v1::RankStep> all = AllRankViews(p, 10);
+    ASSERT_EQ(all.size(), 10u);
+    for (int rank = 0; rank < 10; ++rank) {
+      EXPECT_EQ(all[rank].SerializeAsString(),
+                RankView(p, rank).SerializeAsString())
+          << "rank " << rank;
+    }
+  }
+  EXPECT_TRUE(AllRankViews(wire, 0).empty());
+}
+
 // Each case breaks one rule of a valid plan; FromProto must reject it with a
 // message that says what is wrong.
 struct BadCase {
