@@ -9,14 +9,10 @@
 // SIGINT/SIGTERM drain and stop (the daemon exits once every plan stream has
 // ended); a second signal exits at once.
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -25,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "scheduler/cli_common.h"
 #include "scheduler/control_plane.h"
@@ -166,59 +163,6 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   return options;
 }
 
-/// Turns SIGINT/SIGTERM into a drain and stop (a second one shuts down at
-/// once). The signals are blocked in every thread (the mask is inherited)
-/// and taken here with sigwait, so nothing runs in a signal handler.
-class SignalWatcher {
- public:
-  /// Blocks the signals in the calling thread; call before any thread
-  /// starts.
-  static void BlockSignals() {
-    sigset_t set = Signals();
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  }
-
-  explicit SignalWatcher(SchedulerServer* server)
-      : thread_([this, server] { Run(server); }) {}
-
-  ~SignalWatcher() {
-    pthread_kill(thread_.native_handle(), SIGUSR1);
-    thread_.join();
-  }
-
- private:
-  static sigset_t Signals() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);  // the watcher's own "exit now"
-    return set;
-  }
-
-  void Run(SchedulerServer* server) {
-    const sigset_t set = Signals();
-    int received = 0;
-    while (true) {
-      int signal = 0;
-      if (sigwait(&set, &signal) != 0 || signal == SIGUSR1) return;
-      if (++received == 1) {
-        const int64_t last = server->control_plane().Drain(/*stop=*/true);
-        std::fprintf(stderr,
-                     "%s signal %d: draining after step %lld, then exiting "
-                     "(signal again to exit now)\n",
-                     Now().c_str(), signal, static_cast<long long>(last));
-      } else {
-        std::fprintf(stderr, "%s signal %d: exiting now\n", Now().c_str(),
-                     signal);
-        server->control_plane().Shutdown();
-      }
-    }
-  }
-
-  std::thread thread_;
-};
-
 absl::Status Run() {
   ASSIGN_OR_RETURN(SchedulerServerOptions options, OptionsFromFlags());
   const int64_t samples =
@@ -240,7 +184,21 @@ absl::Status Run() {
                                         absl::StrCat(server->port(), "\n")));
   }
   {
-    SignalWatcher watcher(server.get());
+    // The first SIGINT/SIGTERM drains and stops; a second exits at once.
+    SchedulerServer* srv = server.get();
+    SignalWatcher watcher([srv](int signal, int count) {
+      if (count == 1) {
+        const int64_t last = srv->control_plane().Drain(/*stop=*/true);
+        std::fprintf(stderr,
+                     "%s signal %d: draining after step %lld, then exiting "
+                     "(signal again to exit now)\n",
+                     Now().c_str(), signal, static_cast<long long>(last));
+      } else {
+        std::fprintf(stderr, "%s signal %d: exiting now\n", Now().c_str(),
+                     signal);
+        srv->control_plane().Shutdown();
+      }
+    });
     server->Wait();
     server->Shutdown();
   }

@@ -19,17 +19,13 @@
 //
 // SIGINT/SIGTERM stop the agent (exit code 1: the job was not finished).
 
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -38,6 +34,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_service.h"
@@ -88,49 +85,6 @@ std::string Now() {
   return absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(),
                           absl::LocalTimeZone());
 }
-
-/// Turns SIGINT/SIGTERM into `Agent::Shutdown` (taken with sigwait on a
-/// thread of its own, so nothing runs in a signal handler).
-class SignalWatcher {
- public:
-  /// Blocks the signals in the calling thread; call before any thread
-  /// starts (the mask is inherited).
-  static void BlockSignals() {
-    sigset_t set = Signals();
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  }
-
-  explicit SignalWatcher(Agent* agent)
-      : thread_([this, agent] { Run(agent); }) {}
-  ~SignalWatcher() {
-    pthread_kill(thread_.native_handle(), SIGUSR1);
-    thread_.join();
-  }
-  bool signalled() const { return signalled_.load(); }
-
- private:
-  static sigset_t Signals() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);  // The watcher's own "exit now".
-    return set;
-  }
-
-  void Run(Agent* agent) {
-    const sigset_t set = Signals();
-    int signal = 0;
-    if (sigwait(&set, &signal) != 0 || signal == SIGUSR1) return;
-    signalled_ = true;
-    std::fprintf(stderr, "%s dcp-agent rank %d: signal %d, stopping\n",
-                 Now().c_str(), agent->rank(), signal);
-    agent->Shutdown();
-  }
-
-  std::atomic<bool> signalled_{false};
-  std::thread thread_;
-};
 
 absl::StatusOr<ModelSpec> ModelToRun(const std::string& scheduler_model) {
   if (!absl::GetFlag(FLAGS_model_config).empty()) {
@@ -269,7 +223,13 @@ absl::Status Run() {
                hello.session_id().c_str(), hello.model().c_str(),
                hello.world_size(), static_cast<long long>(hello.next_step()),
                mode.c_str());
-  SignalWatcher watcher(agent.get());
+  Agent* a = agent.get();
+  SignalWatcher watcher([a](int signal, int count) {
+    if (count > 1) return;
+    std::fprintf(stderr, "%s dcp-agent rank %d: signal %d, stopping\n",
+                 Now().c_str(), a->rank(), signal);
+    a->Shutdown();
+  });
   return mode == "serve" ? Serve(*agent, watcher) : Execute(*agent, watcher);
 }
 
