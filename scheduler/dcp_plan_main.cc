@@ -1,8 +1,8 @@
 // dcp-plan: plans steps of a length trace and writes the plan file and stats.
 //
-//   dcp-plan --lengths=data/lengths/wikipedia.txt --model=llama3-8b \
-//     --world_size=32 --window=131072 --tokens_per_step=2097152 --steps=20 \
-//     --seed=0 --out=plans.jsonl --stats_json=stats.json
+//   dcp-plan --lengths=data/lengths/wikipedia.txt --model=llama3-8b
+//     --world_size=32 --window=131072 --tokens_per_step=2097152 --steps=20
+//     --seed=0 --out=plans.jsonl --stats_json=stats.json   (one line)
 
 #include <cstdio>
 #include <cstdlib>
