@@ -435,7 +435,7 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", args...));
   };
 
-  std::optional<RefitEvent> refit;
+  std::optional<PendingRefit> pending;
   v1::ReportAck ack;
   {
     absl::MutexLock lock(&mu_);
@@ -554,10 +554,13 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
       }
       AdvanceCompleted();
     }
-    refit = AddObservations(std::move(observations));
+    pending = AddObservations(std::move(observations));
     ack = Ack();
   }
-  if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
+  if (pending.has_value()) {
+    std::optional<RefitEvent> refit = Refit(*std::move(pending));
+    if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
+  }
   return ack;
 }
 
@@ -600,7 +603,7 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
     o.seconds = e.seconds();
     o.memory_bytes = static_cast<double>(e.memory_bytes());
   }
-  std::optional<RefitEvent> refit;
+  std::optional<PendingRefit> pending;
   v1::ReportAck ack;
   {
     absl::MutexLock lock(&mu_);
@@ -614,10 +617,13 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
                        " is not the current epoch ", epoch_));
     }
     ranks_[report.rank()].last_seen = clock_->Now();
-    refit = AddObservations(std::move(observations));
+    pending = AddObservations(std::move(observations));
     ack = Ack();
   }
-  if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
+  if (pending.has_value()) {
+    std::optional<RefitEvent> refit = Refit(*std::move(pending));
+    if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
+  }
   return ack;
 }
 
@@ -628,7 +634,7 @@ void ControlPlane::AdvanceCompleted() {
   }
 }
 
-std::optional<RefitEvent> ControlPlane::AddObservations(
+std::optional<ControlPlane::PendingRefit> ControlPlane::AddObservations(
     std::vector<TaskObservation> observations) {
   new_observations_ += static_cast<int64_t>(observations.size());
   for (TaskObservation& o : observations) {
@@ -646,17 +652,26 @@ std::optional<RefitEvent> ControlPlane::AddObservations(
     return std::nullopt;
   }
   new_observations_ = 0;
-  const std::vector<TaskObservation> window(observations_.begin(),
-                                            observations_.end());
+  return PendingRefit{
+      std::vector<TaskObservation>(observations_.begin(), observations_.end()),
+      model_version_};
+}
+
+std::optional<RefitEvent> ControlPlane::Refit(PendingRefit pending) {
   // Always from the initial model: it is the prior, and the window alone
   // decides how far the fit moves from it (no drift from refit to refit).
+  // `initial_model_` is immutable, so no lock is needed for the fit.
   absl::StatusOr<CostModel> fitted =
-      initial_model_.Fit(window, options_.prior_weight);
+      initial_model_.Fit(pending.window, options_.prior_weight);
   if (!fitted.ok()) return std::nullopt;  // Validated input: cannot happen.
   RefitEvent event;
-  event.observations = static_cast<int64_t>(window.size());
-  event.error_before = model_.MeanRelativeError(window);
-  event.error_after = fitted->MeanRelativeError(window);
+  event.observations = static_cast<int64_t>(pending.window.size());
+  event.error_after = fitted->MeanRelativeError(pending.window);
+  absl::MutexLock lock(&mu_);
+  // Another refit installed its model while this one was fitting: keep
+  // that one (the next refit is at most `refit_every` observations away).
+  if (model_version_ != pending.version) return std::nullopt;
+  event.error_before = model_.MeanRelativeError(pending.window);
   model_ = *std::move(fitted);
   ++model_version_;
   observation_error_sum_ = 0;

@@ -328,10 +328,21 @@ class ControlPlane {
       int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRank(int rank) const;
   absl::Status CheckSession(absl::string_view session_id) const;
-  /// Adds observations; refits when due. Returns the refit event, if any.
-  std::optional<RefitEvent> AddObservations(
+  /// A refit that is due: the observation window to fit, and the model
+  /// version it starts from.
+  struct PendingRefit {
+    std::vector<TaskObservation> window;
+    int64_t version = 0;
+  };
+  /// Adds observations; when a refit is due, returns what to fit.
+  std::optional<PendingRefit> AddObservations(
       std::vector<TaskObservation> observations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Fits the window without holding `mu_` (a fit over the whole window is
+  /// the most expensive thing a report triggers), then installs the model
+  /// unless another refit got there first. Returns the refit event, if any.
+  std::optional<RefitEvent> Refit(PendingRefit pending)
+      ABSL_LOCKS_EXCLUDED(mu_);
   v1::ReportAck Ack() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double ModelError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// |predicted - measured| / measured of `o` under `model_`.
