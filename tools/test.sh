@@ -4,7 +4,7 @@
 #   tools/test.sh                      # bazel test //...
 #   tools/test.sh //scheduler:all      # other targets (or extra bazel flags)
 #
-# Ends with a line "N passed, N failed" counted from Bazel's per-test lines,
+# Ends with a line "N passed, N failed, N skipped" counted from Bazel's per-test lines,
 # and exits with Bazel's exit code. DCP_JOBS caps parallel actions (default:
 # one per core); CI on small machines sets it (.ci/run).
 set -euo pipefail
@@ -34,6 +34,7 @@ bazel test "${flags[@]}" "${args[@]}" 2>&1 | tee "${log}" ||
 count() { grep -cE "^//[^ ]+ +(\(cached\) )?($1)([ ,]|$)" "${log}" || true; }
 passed="$(count 'PASSED|FLAKY')"
 failed="$(count 'FAILED|TIMEOUT|NO STATUS|INCOMPLETE|REMOTE FAILURE|FAILED TO BUILD')"
+skipped="$(count 'SKIPPED')"  # e.g. GPU-only tests on a machine without CUDA
 echo
-echo "${passed} passed, ${failed} failed"
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "${status}"
