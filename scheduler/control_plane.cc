@@ -75,6 +75,24 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
   }
   if (o.max_message_bytes <= 0) return bad("max_message_bytes must be > 0");
   if (o.cluster.gpus_per_node <= 0) return bad("gpus_per_node must be > 0");
+  if (o.profile_at_start) {
+    if (o.profile_timeout <= absl::ZeroDuration()) {
+      return bad("profile_timeout must be positive");
+    }
+    if (o.profile_lengths.empty() || o.profile_recompute.empty()) {
+      return bad("profile_lengths and profile_recompute must not be empty");
+    }
+    for (int64_t length : o.profile_lengths) {
+      if (length <= 0) return bad("profile_lengths must be positive");
+    }
+    for (double r : o.profile_recompute) {
+      if (!(r >= 0 && r <= 1))
+        return bad("profile_recompute must be in [0, 1]");
+    }
+    if (o.profile_repetitions < 1) {
+      return bad("profile_repetitions must be at least 1");
+    }
+  }
   if (absl::StrContains(o.session_id, '/')) {
     return bad(
         absl::StrCat("session_id '", o.session_id, "' must not contain '/'"));
@@ -117,7 +135,35 @@ ControlPlane::ControlPlane(ControlPlaneOptions options)
       initial_model_(InitialModel(options_)),
       clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
       ranks_(options_.world_size),
+      profile_request_(MakeProfileRequest()),
+      profile_pending_(options_.profile_at_start),
+      profile_answered_(options_.world_size, false),
       model_(initial_model_) {}
+
+v1::ProfileRequest ControlPlane::MakeProfileRequest() const {
+  v1::ProfileRequest request;
+  request.set_epoch(0);
+  for (int64_t length : options_.profile_lengths) request.add_lengths(length);
+  for (double r : options_.profile_recompute) request.add_recompute(r);
+  request.set_repetitions(options_.profile_repetitions);
+  const int world = options_.world_size;
+  const int largest = std::min(world, options_.cluster.gpus_per_node);
+  int group_id = 1;
+  for (int p = 1; p <= largest; ++p) {
+    if (world % p != 0 || options_.model.heads % p != 0) continue;
+    request.add_group_sizes(p);
+    if (p == 1) continue;
+    for (int first = 0; first < world; first += p) {
+      v1::CommGroup& group = *request.add_groups();
+      group.set_id(group_id++);
+      for (int r = first; r < first + p; ++r) group.add_ranks(r);
+      group.set_rendezvous_prefix(
+          absl::StrCat(session_id_, "/e", request.epoch(), "/profile/g",
+                       absl::StrJoin(group.ranks(), "-")));
+    }
+  }
+  return request;
+}
 
 ControlPlane::~ControlPlane() {
   Shutdown();
@@ -127,7 +173,7 @@ ControlPlane::~ControlPlane() {
 // ---------------------------------------------------------------- planning
 
 bool ControlPlane::PlannerHasWork() const {
-  return !shutdown_ && !draining_ && planner_error_.ok() &&
+  return !shutdown_ && !draining_ && planner_error_.ok() && !profile_pending_ &&
          planned_steps_ < completed_steps_ + options_.lookahead_steps &&
          (options_.max_steps == 0 || planned_steps_ < options_.max_steps);
 }
@@ -140,7 +186,13 @@ void ControlPlane::PlannerLoop() {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &ControlPlane::PlannerShouldRun));
+      const absl::Condition run(this, &ControlPlane::PlannerShouldRun);
+      if (profile_pending_) {
+        // The profile deadline is by the injected clock: poll it.
+        mu_.AwaitWithTimeout(run, absl::Milliseconds(100));
+      } else {
+        mu_.Await(run);
+      }
       if (shutdown_) return;
     }
     // Errors are kept in planner_error_ (and end the streams); the loop then
@@ -172,7 +224,53 @@ ControlPlane::StepRecord ControlPlane::MakeRecord(const StepPlan& plan,
   return record;
 }
 
+bool ControlPlane::ExpireProfileIfDue() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!profile_pending_) return false;
+    if (profile_ending_ || clock_->Now() < profile_deadline_) return true;
+    profile_ending_ = true;
+  }
+  FinishProfile(/*timed_out=*/true);
+  return false;
+}
+
+void ControlPlane::FinishProfile(bool timed_out) {
+  std::optional<PendingRefit> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!observations_.empty()) {
+      new_observations_ = 0;
+      pending = PendingRefit{std::vector<TaskObservation>(observations_.begin(),
+                                                          observations_.end()),
+                             model_version_};
+    }
+  }
+  std::optional<RefitEvent> refit;
+  if (pending.has_value()) refit = Refit(*std::move(pending));
+  ProfileDoneEvent done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.timed_out = timed_out;
+    for (int r = 0; r < options_.world_size; ++r) {
+      (profile_answered_[r] ? done.answered : done.missing).push_back(r);
+    }
+    done.observations = static_cast<int64_t>(observations_.size());
+  }
+  // The callbacks run before planning may start, so logs read in order.
+  if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
+  if (options_.on_profile_done) options_.on_profile_done(done);
+  WakeList wakes;
+  {
+    absl::MutexLock lock(&mu_);
+    profile_pending_ = false;
+    wakes = AllWakes();
+  }
+  CallAll(wakes);
+}
+
 absl::StatusOr<bool> ControlPlane::PlanOneStep() {
+  if (ExpireProfileIfDue()) return false;
   WakeList wakes;
   PlannedStepEvent event;
   absl::Status failure;
@@ -296,6 +394,9 @@ absl::StatusOr<v1::RegisterResponse> ControlPlane::Register(
     rank.gpu = request.gpu();
     rank.pid = request.pid();
     rank.last_seen = clock_->Now();
+    if (profile_pending_ && profile_deadline_ == absl::InfiniteFuture()) {
+      profile_deadline_ = rank.last_seen + options_.profile_timeout;
+    }
 
     response.set_session_id(session_id_);
     response.set_epoch(epoch_);
@@ -392,6 +493,14 @@ StreamNext ControlPlane::NextForStream(int64_t stream_id) {
   if (stream.drain_sent) {
     next.kind = StreamNext::Kind::kEnd;
     next.end_status = absl::OkStatus();
+    return next;
+  }
+  if (profile_pending_ && !stream.profile_sent &&
+      !profile_answered_[stream.rank]) {
+    next.kind = StreamNext::Kind::kSend;
+    *next.update.mutable_profile() = profile_request_;
+    stream.profile_sent = true;
+    ranks_[stream.rank].last_seen = clock_->Now();
     return next;
   }
   const int64_t step = std::max(stream.cursor, completed_steps_);
@@ -604,6 +713,7 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
     o.memory_bytes = static_cast<double>(e.memory_bytes());
   }
   std::optional<PendingRefit> pending;
+  bool finish_profile = false;
   v1::ReportAck ack;
   {
     absl::MutexLock lock(&mu_);
@@ -618,12 +728,23 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
     }
     ranks_[report.rank()].last_seen = clock_->Now();
     pending = AddObservations(std::move(observations));
+    if (profile_pending_ && !profile_ending_) {
+      profile_answered_[report.rank()] = true;
+      if (std::all_of(profile_answered_.begin(), profile_answered_.end(),
+                      [](bool answered) { return answered; })) {
+        // FinishProfile refits from everything, this report included.
+        profile_ending_ = true;
+        finish_profile = true;
+        pending.reset();
+      }
+    }
     ack = Ack();
   }
   if (pending.has_value()) {
     std::optional<RefitEvent> refit = Refit(*std::move(pending));
     if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
   }
+  if (finish_profile) FinishProfile(/*timed_out=*/false);
   return ack;
 }
 

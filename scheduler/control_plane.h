@@ -58,6 +58,18 @@ struct RefitEvent {
   double step_error = 0;
 };
 
+/// What the control plane tells its owner when the start-up profile ends.
+struct ProfileDoneEvent {
+  /// Ranks that answered the ProfileRequest, ascending.
+  std::vector<int> answered;
+  /// Ranks that did not answer before `profile_timeout`, ascending (empty
+  /// unless `timed_out`).
+  std::vector<int> missing;
+  bool timed_out = false;
+  /// Observations held when planning starts (profile entries included).
+  int64_t observations = 0;
+};
+
 /// Configuration of a `ControlPlane`; defaults are what dcp-scheduler uses.
 struct ControlPlaneOptions {
   /// The length table, one entry per sample id. Required, non-empty; the
@@ -98,6 +110,20 @@ struct ControlPlaneOptions {
   /// Pseudo-observations pulling each coefficient towards the initial model
   /// (`CostModel::Fit`). Positive.
   double prior_weight = 1.0;
+  /// The "data profile" stage: before step 0 is planned, send every rank
+  /// one ProfileRequest (the first message of its plan stream) and wait
+  /// until every rank answered ReportProfile, or `profile_timeout` after the
+  /// first registration, then refit from the profile and start planning.
+  bool profile_at_start = false;
+  absl::Duration profile_timeout = absl::Seconds(60);
+  /// The profile grid: sequence lengths (agents divide them by their own
+  /// token scale), recompute ratios and repetitions per point. Group sizes
+  /// are every p <= min(world_size, gpus_per_node) dividing both the
+  /// model's heads and the world; groups are the aligned blocks
+  /// [k*p, (k+1)*p).
+  std::vector<int64_t> profile_lengths = {256, 1024, 4096};
+  std::vector<double> profile_recompute = {0.0, 1.0};
+  int profile_repetitions = 2;
   /// Completed steps whose predicted-vs-measured error is averaged.
   int step_error_window = 64;
   /// Reported task (and sync) times above this are rejected as nonsense.
@@ -123,6 +149,9 @@ struct ControlPlaneOptions {
   /// Called after each refit, on the thread of the report that triggered
   /// it, without locks held. Must be thread-safe and quick.
   std::function<void(const RefitEvent&)> on_refit;
+  /// Called once when the start-up profile ends (all answered or timed
+  /// out), without locks held. Must be thread-safe and quick.
+  std::function<void(const ProfileDoneEvent&)> on_profile_done;
 };
 
 /// What a plan stream should do next (`ControlPlane::NextForStream`).
@@ -130,7 +159,7 @@ struct StreamNext {
   enum class Kind {
     /// Nothing to send yet; the stream's wake callback fires when there is.
     kWait,
-    /// Send `update` (a step, or the drain marker).
+    /// Send `update` (the profile request, a step, or the drain marker).
     kSend,
     /// End the stream with `end_status` (OK after the drain marker was
     /// sent; ABORTED when replaced by a newer stream of the rank;
@@ -159,6 +188,14 @@ struct StreamNext {
 /// `NextForStream` until it answers kWait. The control plane keeps each
 /// stream's cursor, so a stream is sent every step from its `from_step` on
 /// exactly once, in order, then the drain marker, and never a stale step.
+///
+/// Start-up profile (`profile_at_start`): while it is pending, each stream
+/// first sends the ProfileRequest (unless its rank already answered) and
+/// nothing is planned; the first ReportProfile of every rank counts (later
+/// ones, and all after the profile ended, only add observations). When the
+/// last rank answers, or `profile_timeout` after the first registration
+/// (by the injected clock, checked whenever planning is attempted), the
+/// cost model is refitted from the observations so far and planning starts.
 ///
 /// Timing reports are validated in full before any state changes: a
 /// rejected report leaves everything as it was. One `TaskObservation` per
@@ -306,6 +343,7 @@ class ControlPlane {
     int rank = 0;
     int64_t cursor = 0;
     bool drain_sent = false;
+    bool profile_sent = false;
     /// Set when the stream must end (replaced, shutdown).
     std::optional<absl::Status> closed;
     std::shared_ptr<std::function<void()>> wake;
@@ -338,6 +376,16 @@ class ControlPlane {
   std::optional<PendingRefit> AddObservations(
       std::vector<TaskObservation> observations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// The ProfileRequest of the current epoch (see the options).
+  v1::ProfileRequest MakeProfileRequest() const;
+  /// Ends the profile stage; only for the caller that set
+  /// `profile_ending_`. Refits from every observation, then lets planning
+  /// start (so step 0 is planned with the refitted model) and calls the
+  /// callbacks.
+  void FinishProfile(bool timed_out) ABSL_LOCKS_EXCLUDED(mu_);
+  /// Ends the profile stage if its deadline passed; then refits and calls
+  /// the callbacks. Returns whether the profile is still pending.
+  bool ExpireProfileIfDue() ABSL_LOCKS_EXCLUDED(mu_);
   /// Fits the window without holding `mu_` (a fit over the whole window is
   /// the most expensive thing a report triggers), then installs the model
   /// unless another refit got there first. Returns the refit event, if any.
@@ -385,6 +433,14 @@ class ControlPlane {
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status planner_error_ ABSL_GUARDED_BY(mu_);
+  /// The start-up profile: pending until every rank answered or the
+  /// deadline (set at the first registration) passed.
+  const v1::ProfileRequest profile_request_;
+  bool profile_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> profile_answered_ ABSL_GUARDED_BY(mu_);
+  absl::Time profile_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  /// Set by the one caller that ends the profile (`FinishProfile`).
+  bool profile_ending_ ABSL_GUARDED_BY(mu_) = false;
 
   CostModel model_ ABSL_GUARDED_BY(mu_);
   int64_t model_version_ ABSL_GUARDED_BY(mu_) = 0;

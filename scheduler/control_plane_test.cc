@@ -502,6 +502,141 @@ TEST_F(ControlPlaneTest, ProfileReportsBecomeObservations) {
   EXPECT_EQ(cp->Status().timing_reports(), 0);
 }
 
+/// A profile of `rank` with one entry per (length, p) of a small grid.
+v1::ProfileReport ProfileOf(int rank) {
+  v1::ProfileReport report;
+  report.set_rank(rank);
+  for (int64_t length : {256, 1024, 4096}) {
+    for (int p : {1, 2, 4}) {
+      v1::ProfileEntry* e = report.mutable_profile()->add_entries();
+      e->set_length(length);
+      e->set_group_size(p);
+      e->set_seconds(1e-5 * length / p);
+    }
+  }
+  return report;
+}
+
+TEST_F(ControlPlaneTest, ProfileAtStartGatesPlanningUntilEveryRankAnswers) {
+  ControlPlaneOptions o = Options();
+  o.profile_at_start = true;
+  o.refit_every = 1000;  // Only the end of the profile refits.
+  std::vector<ProfileDoneEvent> done;
+  o.on_profile_done = [&done](const ProfileDoneEvent& e) { done.push_back(e); };
+  auto cp = Start(std::move(o));
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  std::vector<int64_t> streams;
+  for (int r = 0; r < kWorld; ++r) {
+    absl::StatusOr<int64_t> id = cp->OpenStream(r, "sess", 0, [] {});
+    ASSERT_TRUE(id.ok()) << id.status();
+    streams.push_back(*id);
+  }
+  // The first message of every stream is the request, and nothing else.
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<StreamNext> sent = Pull(*cp, streams[r]);
+    ASSERT_EQ(sent.size(), 1u) << "rank " << r;
+    ASSERT_TRUE(sent[0].update.has_profile());
+    const v1::ProfileRequest& request = sent[0].update.profile();
+    EXPECT_EQ(request.epoch(), 0);
+    EXPECT_EQ(std::vector<int64_t>(request.lengths().begin(),
+                                   request.lengths().end()),
+              (std::vector<int64_t>{256, 1024, 4096}));
+    // llama3-8b has 32 heads; 8 GPUs a node: every divisor of the world.
+    EXPECT_EQ(std::vector<int>(request.group_sizes().begin(),
+                               request.group_sizes().end()),
+              (std::vector<int>{1, 2, 4}));
+    EXPECT_EQ(request.recompute_size(), 2);
+    EXPECT_EQ(request.repetitions(), 2);
+    ASSERT_EQ(request.groups_size(), 3);  // [0,1], [2,3], [0..3]
+    EXPECT_EQ(request.groups(0).rendezvous_prefix(), "sess/e0/profile/g0-1");
+    EXPECT_EQ(request.groups(1).rendezvous_prefix(), "sess/e0/profile/g2-3");
+    EXPECT_EQ(request.groups(2).rendezvous_prefix(),
+              "sess/e0/profile/g0-1-2-3");
+  }
+  ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+  EXPECT_EQ(cp->Status().planned_steps(), 0);
+
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    ASSERT_TRUE(cp->ReportProfile(ProfileOf(r)).ok());
+    // An answer again does not count twice.
+    ASSERT_TRUE(cp->ReportProfile(ProfileOf(r)).ok());
+  }
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 0);
+  EXPECT_TRUE(Pull(*cp, streams[0]).empty());
+  EXPECT_EQ(cp->Status().refits(), 0);
+  EXPECT_TRUE(done.empty());
+
+  ASSERT_TRUE(cp->ReportProfile(ProfileOf(kWorld - 1)).ok());
+  EXPECT_EQ(cp->Status().refits(), 1);
+  EXPECT_EQ(cp->Status().observations(), 9 * (2 * kWorld - 1));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_FALSE(done[0].timed_out);
+  EXPECT_EQ(done[0].answered, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(done[0].missing.empty());
+
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 3);  // lookahead_steps
+  std::vector<StreamNext> sent = Pull(*cp, streams[0]);
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_TRUE(sent[0].update.has_step());
+  EXPECT_EQ(sent[0].update.step().step(), 0);
+  // A stream opened now (a reconnection) gets steps only.
+  absl::StatusOr<int64_t> again = cp->OpenStream(1, "sess", 0, [] {});
+  ASSERT_TRUE(again.ok());
+  sent = Pull(*cp, *again);
+  ASSERT_FALSE(sent.empty());
+  EXPECT_TRUE(sent[0].update.has_step());
+}
+
+TEST_F(ControlPlaneTest, ProfileTimeoutPlansWithoutTheMissingRanks) {
+  ControlPlaneOptions o = Options();
+  o.profile_at_start = true;
+  o.profile_timeout = absl::Seconds(60);
+  std::vector<ProfileDoneEvent> done;
+  o.on_profile_done = [&done](const ProfileDoneEvent& e) { done.push_back(e); };
+  auto cp = Start(std::move(o));
+  ASSERT_NE(cp, nullptr);
+  // Nothing is planned before anyone registers, however long it takes: the
+  // timeout starts at the first registration.
+  clock_.Advance(absl::Minutes(5));
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 0);
+  RegisterAll(*cp);
+  ASSERT_TRUE(cp->ReportProfile(ProfileOf(0)).ok());
+  ASSERT_TRUE(cp->ReportProfile(ProfileOf(2)).ok());
+  clock_.Advance(absl::Seconds(59));
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 0);
+  EXPECT_TRUE(done.empty());
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(*cp->PlanAvailableSteps(), 3);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].timed_out);
+  EXPECT_EQ(done[0].answered, (std::vector<int>{0, 2}));
+  EXPECT_EQ(done[0].missing, (std::vector<int>{1, 3}));
+  EXPECT_EQ(done[0].observations, 18);
+  EXPECT_GE(cp->Status().refits(), 1);
+  // A late rank gets no request, and its late profile is still taken.
+  absl::StatusOr<int64_t> id = cp->OpenStream(3, "sess", 0, [] {});
+  ASSERT_TRUE(id.ok());
+  std::vector<StreamNext> sent = Pull(*cp, *id);
+  ASSERT_FALSE(sent.empty());
+  EXPECT_TRUE(sent[0].update.has_step());
+  ASSERT_TRUE(cp->ReportProfile(ProfileOf(3)).ok());
+  EXPECT_EQ(cp->Status().observations(), 27);
+}
+
+TEST_F(ControlPlaneTest, ProfileOptionsAreValidated) {
+  ControlPlaneOptions o = Options();
+  o.profile_at_start = true;
+  o.profile_repetitions = 0;
+  EXPECT_EQ(ControlPlane::Start(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.profile_at_start = true;
+  o.profile_lengths = {256, 0};
+  EXPECT_EQ(ControlPlane::Start(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ControlPlaneTest, StoreEnforcesItsLimits) {
   ControlPlaneOptions o = Options();
   o.store_max_keys = 3;

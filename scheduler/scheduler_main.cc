@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
@@ -52,6 +53,12 @@ ABSL_FLAG(int64_t, max_steps, 0,
           "Stop planning after this many steps and drain (0 = unlimited).");
 ABSL_FLAG(std::string, profile, "",
           "Profile table (CSV) the initial cost model is fitted to.");
+ABSL_FLAG(bool, profile_at_start, false,
+          "Before step 0, have every agent profile the attention layer over a "
+          "small grid (ProfileRequest) and refit the cost model from it.");
+ABSL_FLAG(absl::Duration, profile_timeout, absl::Seconds(60),
+          "With --profile_at_start: how long after the first registration to "
+          "wait for every rank's profile before planning without the rest.");
 ABSL_FLAG(int, refit_every, 64,
           "Refit the cost model after this many new task observations.");
 ABSL_FLAG(int, observation_window, 512,
@@ -94,6 +101,22 @@ void LogRefit(const RefitEvent& e) {
                Now().c_str(), static_cast<long long>(e.refits),
                static_cast<long long>(e.observations), 100 * e.error_before,
                100 * e.error_after, 100 * e.step_error);
+}
+
+void LogProfileDone(const ProfileDoneEvent& e) {
+  if (e.timed_out) {
+    std::fprintf(stderr,
+                 "%s profile timed out: ranks [%s] did not answer; planning "
+                 "with %lld observations from ranks [%s]\n",
+                 Now().c_str(), absl::StrJoin(e.missing, ",").c_str(),
+                 static_cast<long long>(e.observations),
+                 absl::StrJoin(e.answered, ",").c_str());
+  } else {
+    std::fprintf(stderr,
+                 "%s profile done: %zu ranks answered, %lld observations\n",
+                 Now().c_str(), e.answered.size(),
+                 static_cast<long long>(e.observations));
+  }
 }
 
 /// Writes `text` to `path` through a temporary file, so that a reader never
@@ -141,6 +164,8 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.observation_window = absl::GetFlag(FLAGS_observation_window);
   cp.prior_weight = absl::GetFlag(FLAGS_prior_weight);
   cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  cp.profile_at_start = absl::GetFlag(FLAGS_profile_at_start);
+  cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);
   if (cp.world_size <= 0 || cp.cluster.gpus_per_node <= 0) {
     return absl::InvalidArgumentError(
         "--world_size and --gpus_per_node must be positive");
@@ -160,6 +185,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
                   absl::GetFlag(FLAGS_format), absl::GetFlag(FLAGS_column)));
   cp.on_step_planned = LogStep;
   cp.on_refit = LogRefit;
+  cp.on_profile_done = LogProfileDone;
   return options;
 }
 

@@ -227,20 +227,28 @@ std::string RunToEnd(const std::string& name,
 
 /// Starts dcp-scheduler over `trace_path` on 127.0.0.1:0 and returns its
 /// port once it serves (0 and a failure when it does not start).
+/// `extra` flags come last and so override the defaults here.
 int StartScheduler(const std::string& trace_path, const std::string& model_path,
-                   int world, int steps, std::vector<Child>& scheduler) {
+                   int world, int steps, std::vector<Child>& scheduler,
+                   const std::vector<std::string>& extra = {}) {
   const std::string port_path =
       TmpPath(absl::StrCat("scheduler-", world, ".port"));
-  scheduler = {Spawn(
-      absl::StrCat("scheduler-", world),
-      {Binary("scheduler/dcp-scheduler"), "--lengths=" + trace_path,
-       "--model_config=" + model_path, absl::StrCat("--world_size=", world),
-       absl::StrCat("--gpus_per_node=", kGpusPerNode),
-       absl::StrCat("--window=", kWindow),
-       absl::StrCat("--tokens_per_step=", kTokensPerStep),
-       absl::StrCat("--seed=", kSeed), absl::StrCat("--max_steps=", steps),
-       "--lookahead_steps=4", "--refit_every=16", "--listen=127.0.0.1:0",
-       "--port_file=" + port_path})};
+  std::vector<std::string> argv = {
+      Binary("scheduler/dcp-scheduler"),
+      "--lengths=" + trace_path,
+      "--model_config=" + model_path,
+      absl::StrCat("--world_size=", world),
+      absl::StrCat("--gpus_per_node=", kGpusPerNode),
+      absl::StrCat("--window=", kWindow),
+      absl::StrCat("--tokens_per_step=", kTokensPerStep),
+      absl::StrCat("--seed=", kSeed),
+      absl::StrCat("--max_steps=", steps),
+      "--lookahead_steps=4",
+      "--refit_every=16",
+      "--listen=127.0.0.1:0",
+      "--port_file=" + port_path};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  scheduler = {Spawn(absl::StrCat("scheduler-", world), argv)};
   // The port file appears once the scheduler serves.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (true) {
@@ -519,6 +527,102 @@ TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
         ParseLog(ReadFile(TmpPath(absl::StrCat("agent-", r, ".jsonl"))), r));
   }
   CheckRun(logs, lengths, kSteps);
+}
+
+TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
+  constexpr int kProfileWorld = 4;
+  constexpr int kProfileSteps = 5;
+  const std::vector<int32_t> lengths = SkewedLengths(200, 23);
+  std::string trace;
+  for (int32_t l : lengths) absl::StrAppend(&trace, l, "\n");
+  const std::string trace_path = TmpPath("profile-trace.txt");
+  const std::string model_path = TmpPath("profile-model.json");
+  ASSERT_TRUE(WriteFile(trace_path, trace));
+  ASSERT_TRUE(WriteFile(model_path, ModelJson(TinyModel())));
+
+  // Timings never refit here (too few observations for refit_every), so any
+  // refit comes from the profile.
+  std::vector<Child> scheduler;
+  const int port = StartScheduler(
+      trace_path, model_path, kProfileWorld, kProfileSteps, scheduler,
+      {"--refit_every=100000", "--profile_at_start", "--profile_timeout=60s"});
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string ctl = Binary("scheduler/dcp-ctl");
+
+  std::vector<Child> agents;
+  for (int r = 0; r < kProfileWorld; ++r) {
+    agents.push_back(
+        Spawn(absl::StrCat("profile-agent-", r),
+              {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
+               absl::StrCat("--rank=", r),
+               absl::StrCat("--world_size=", kProfileWorld), "--mode=execute",
+               "--model_config=" + model_path,
+               absl::StrCat("--token_scale=", kTokenScale),
+               "--rendezvous_timeout=60s",
+               "--log_file=" +
+                   TmpPath(absl::StrCat("profile-agent-", r, ".jsonl"))}));
+  }
+  if (!WaitAll(agents, absl::Now() + absl::Seconds(120))) {
+    KillAll(agents);
+    KillAll(scheduler);
+    FAIL() << "the agents did not finish in time:\n"
+           << Describe(agents) << Describe(scheduler);
+  }
+  bool all_ok = true;
+  for (const Child& a : agents) all_ok &= a.exit_code == 0;
+  if (!all_ok) {
+    KillAll(scheduler);
+    FAIL() << "an agent failed:\n" << Describe(agents) << Describe(scheduler);
+  }
+
+  // The grid: lengths {256, 1024, 4096} x recompute {0, 1} for p in
+  // {1, 2, 4} (the divisors of 8 heads and 4 ranks within a 4-GPU node);
+  // each group's first rank reports it: 4 + 2 + 1 groups.
+  constexpr int kEntries = 3 * 2 * (4 + 2 + 1);
+  const nlohmann::json status = nlohmann::json::parse(
+      RunToEnd("ctl-profile-status",
+               {ctl, "--scheduler=" + address, "--json", "status"}),
+      nullptr, false);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(JsonNumber(status["completed_steps"]), kProfileSteps);
+  EXPECT_EQ(JsonNumber(status["timing_reports"]),
+            kProfileSteps * kProfileWorld);
+  EXPECT_GE(JsonNumber(status["refits"]), 1);
+  EXPECT_GE(JsonNumber(status["observations"]), kEntries);
+  EXPECT_EQ(status.value("planner_error", ""), "");
+
+  StopScheduler(address, scheduler);
+  // Every rank answered before the timeout, and planning started after.
+  const std::string log = ReadFile(scheduler[0].err_path);
+  const size_t profiled = log.find("profile done: 4 ranks answered, 42 ");
+  EXPECT_NE(profiled, std::string::npos) << log;
+  const size_t first_step = log.find(" step 0 (");
+  EXPECT_LT(profiled, first_step) << log;
+  int profiled_entries = 0;
+  for (int r = 0; r < kProfileWorld; ++r) {
+    const std::string err = ReadFile(agents[r].err_path);
+    const size_t at = err.find("profiled ");
+    ASSERT_NE(at, std::string::npos) << err;
+    int n = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(
+        err.substr(at + 9, err.find(' ', at + 9) - at - 9), &n))
+        << err;
+    profiled_entries += n;
+  }
+  EXPECT_EQ(profiled_entries, kEntries);
+
+  std::vector<RankLog> logs;
+  for (int r = 0; r < kProfileWorld; ++r) {
+    logs.push_back(ParseLog(
+        ReadFile(TmpPath(absl::StrCat("profile-agent-", r, ".jsonl"))), r));
+  }
+  // All steps ran on every rank (CheckRun's other checks assume the 8-rank,
+  // two-node world).
+  const std::vector<int64_t> all_steps = {0, 1, 2, 3, 4};
+  for (int r = 0; r < kProfileWorld; ++r) {
+    EXPECT_EQ(logs[r].steps, all_steps) << "rank " << r;
+  }
 }
 
 TEST(ControlPlaneE2eTest, EightInProcessAgentsRunTheSameChecks) {

@@ -358,9 +358,10 @@ absl::Status Agent::ReadStream(int64_t from_step, bool* got_message) {
         drained_ = true;
         break;
       }
+      case v1::PlanUpdate::kProfile:
+        HandleProfile(update.profile());
+        break;
       default:
-        // Profile requests are not run by this agent yet; the scheduler
-        // plans from its data-sheet model without them.
         break;
     }
   }
@@ -397,6 +398,62 @@ void Agent::HandleStep(v1::RankStep step) {
   // Steps arrive in order on this one thread, so every member queues the
   // groups it shares with another in the same order (the plan's).
   if (!groups.empty()) cache_->Warm(groups).IgnoreError();
+}
+
+void Agent::HandleProfile(const v1::ProfileRequest& request) {
+  if (!options_.run_profile) return;
+  const int64_t epoch = request.epoch();
+  GroupResolver groups =
+      [this,
+       epoch](const v1::CommGroup& group) -> absl::StatusOr<Communicator*> {
+    std::vector<int> ranks(group.ranks().begin(), group.ranks().end());
+    if (ranks.size() < 2 || group.rendezvous_prefix().empty() ||
+        std::find(ranks.begin(), ranks.end(), options_.rank) == ranks.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile group [", absl::StrJoin(ranks, ","),
+                       "] needs two or more ranks including ", options_.rank,
+                       " and a rendezvous prefix"));
+    }
+    ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch));
+    return cache_->Get(key, group.rendezvous_prefix());
+  };
+  absl::StatusOr<v1::Profile> profile =
+      options_.run_profile(*this, request, groups);
+  absl::Status status = profile.status();
+  if (profile.ok()) {
+    v1::ProfileReport report;
+    report.set_rank(options_.rank);
+    report.set_epoch(epoch);
+    *report.mutable_profile() = *std::move(profile);
+    status = SendProfile(report);
+  }
+  absl::MutexLock lock(&mu_);
+  ++(status.ok() ? stats_.profiles_sent : stats_.profile_failures);
+}
+
+absl::Status Agent::SendProfile(const v1::ProfileReport& report) {
+  absl::Status status;
+  absl::Duration backoff = options_.initial_backoff;
+  constexpr int kAttempts = 3;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt > 0) {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&shutdown_), backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_) return absl::UnavailableError("the agent is shut down");
+    }
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(options_.rpc_timeout));
+    v1::ReportAck ack;
+    status = FromGrpcStatus(stub_->stub->ReportProfile(&context, report, &ack));
+    if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) {
+      return status;
+    }
+  }
+  return status;
 }
 
 // ----------------------------------------------------------------- handing

@@ -28,7 +28,20 @@ class ClientContext;
 
 namespace dcp {
 
+class Agent;
 class CommunicatorCache;
+
+/// The communicator of a group this rank belongs to (p > 1), owned by the
+/// agent.
+using GroupResolver =
+    std::function<absl::StatusOr<Communicator*>(const v1::CommGroup&)>;
+
+/// Runs the scheduler's "data profile" request on this rank: for each group
+/// of the request that holds the rank, time the layer and return the
+/// entries this rank reports (see `AgentOptions::run_profile`).
+using ProfileRunner = std::function<absl::StatusOr<v1::Profile>(
+    Agent& agent, const v1::ProfileRequest& request,
+    const GroupResolver& groups)>;
 
 /// Configuration of an `Agent`. Only `scheduler_address` and `rank` are
 /// required; the defaults suit a single host.
@@ -76,6 +89,17 @@ struct AgentOptions {
       const CommKey& key, int rank, const std::string& prefix,
       RendezvousStoreInterface* store)>
       make_communicator;
+  /// Runs a ProfileRequest that arrives on the plan stream, on the reader
+  /// thread (the scheduler sends no step before every rank answered, so
+  /// nothing waits behind it); the agent then sends the returned profile
+  /// with ReportProfile. `groups` forms the request's groups under their
+  /// rendezvous prefixes for the request's epoch; every member must ask for
+  /// them in the same order. Empty: requests are ignored (the scheduler
+  /// plans without this rank's profile after its timeout). A failed run or
+  /// report is counted in `AgentStats::profile_failures`. `Shutdown` waits
+  /// for a run in progress: formations end at once, a collective whose peer
+  /// is gone by `rendezvous_timeout`.
+  ProfileRunner run_profile;
 };
 
 /// What `Agent::NextStep` hands out: the rank's next step, or the end.
@@ -99,6 +123,10 @@ struct AgentStats {
   int64_t reconnects = 0;
   /// Timing reports the scheduler took.
   int64_t reports_sent = 0;
+  /// Profile requests run and reported, and those that failed (run or
+  /// report).
+  int64_t profiles_sent = 0;
+  int64_t profile_failures = 0;
   /// Of the communicator cache: groups served formed, groups formed on
   /// demand, groups formed ahead of use, failed formations, groups held.
   int64_t cache_hits = 0;
@@ -237,6 +265,11 @@ class Agent {
   /// message arrived.
   absl::Status ReadStream(int64_t from_step, bool* got_message);
   void HandleStep(v1::RankStep step);
+  /// Runs `request` with `run_profile` and reports it; failures are counted
+  /// (the scheduler's timeout covers a rank that does not answer).
+  void HandleProfile(const v1::ProfileRequest& request);
+  /// Sends a profile, retrying UNAVAILABLE / DEADLINE_EXCEEDED a few times.
+  absl::Status SendProfile(const v1::ProfileReport& report);
   void WaiterLoop();
 
   /// NextStep's answer for `after_step` if known now; drops stale steps.

@@ -102,7 +102,8 @@ absl::StatusOr<ModelSpec> ModelToRun(const std::string& scheduler_model) {
   return model;
 }
 
-absl::Status Execute(Agent& agent, const SignalWatcher& watcher) {
+/// The executor of the execute mode (and of its profile runs).
+absl::StatusOr<std::unique_ptr<TaskExecutor>> MakeExecutor(const Agent& agent) {
   ASSIGN_OR_RETURN(ModelSpec model, ModelToRun(agent.registration().model()));
   TaskExecutorOptions options;
   options.rank = agent.rank();
@@ -112,8 +113,31 @@ absl::Status Execute(Agent& agent, const SignalWatcher& watcher) {
   options.layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers)
                                                    : model.layers;
   options.token_scale = absl::GetFlag(FLAGS_token_scale);
-  ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor,
-                   TaskExecutor::Create(options));
+  return TaskExecutor::Create(options);
+}
+
+/// Execute mode's answer to the scheduler's ProfileRequest: the executor's
+/// grid run (worker_agent/task_executor.h), on the agent's reader thread.
+absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
+                                       const v1::ProfileRequest& request,
+                                       const GroupResolver& groups) {
+  ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor, MakeExecutor(agent));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::Profile> profile = executor->RunProfile(request, groups);
+  if (profile.ok()) {
+    std::fprintf(stderr, "%s dcp-agent rank %d: profiled %d entries in %s\n",
+                 Now().c_str(), agent.rank(), profile->entries_size(),
+                 absl::FormatDuration(absl::Now() - start).c_str());
+  } else {
+    std::fprintf(stderr, "%s dcp-agent rank %d: profile failed: %s\n",
+                 Now().c_str(), agent.rank(),
+                 profile.status().ToString().c_str());
+  }
+  return profile;
+}
+
+absl::Status Execute(Agent& agent, const SignalWatcher& watcher) {
+  ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor, MakeExecutor(agent));
 
   std::ofstream log;
   const std::string log_path = absl::GetFlag(FLAGS_log_file);
@@ -212,6 +236,9 @@ absl::Status Run() {
   options.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
   options.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  // Serve mode leaves profiling to the trainer's own runs (not wired yet):
+  // the scheduler then plans without this rank's profile after its timeout.
+  if (mode == "execute") options.run_profile = RunProfile;
 
   SignalWatcher::BlockSignals();
   ASSIGN_OR_RETURN(std::unique_ptr<Agent> agent, Agent::Start(options));

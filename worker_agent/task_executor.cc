@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "kernels/ulysses_attention.h"
 #include "nlohmann/json.hpp"
 
@@ -124,6 +125,83 @@ absl::StatusOr<StepExecution> TaskExecutor::RunStep(
     execution.tasks.push_back(*std::move(done));
   }
   return execution;
+}
+
+absl::StatusOr<v1::Profile> TaskExecutor::RunProfile(
+    const v1::ProfileRequest& request, const GroupResolver& groups) {
+  const int repetitions = std::max(1, request.repetitions());
+  v1::Profile profile;
+  // A one-task step per grid point: RunTask times it like a planned task.
+  v1::RankStep probe;
+  probe.set_epoch(request.epoch());
+  probe.set_step(-1);
+  probe.set_rank(options_.rank);
+  int task_index = 0;
+  for (int p : request.group_sizes()) {
+    const std::string where = absl::StrCat("profile, group size ", p);
+    if (p < 1 || options_.num_heads % p != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": it does not divide the ", options_.num_heads, " heads"));
+    }
+    std::vector<int> ranks = {options_.rank};
+    Communicator* comm = nullptr;
+    if (p > 1) {
+      const v1::CommGroup* mine = nullptr;
+      for (const v1::CommGroup& g : request.groups()) {
+        if (g.ranks_size() == p &&
+            std::find(g.ranks().begin(), g.ranks().end(), options_.rank) !=
+                g.ranks().end()) {
+          mine = &g;
+          break;
+        }
+      }
+      if (mine == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": no group of the request holds rank ", options_.rank));
+      }
+      ranks.assign(mine->ranks().begin(), mine->ranks().end());
+      absl::StatusOr<Communicator*> resolved = groups(*mine);
+      if (!resolved.ok()) {
+        return absl::Status(
+            resolved.status().code(),
+            absl::StrCat(where, ": group [", absl::StrJoin(ranks, ","),
+                         "]: ", resolved.status().message()));
+      }
+      comm = *resolved;
+    }
+    const bool reports = ranks.front() == options_.rank;
+    for (int64_t length : request.lengths()) {
+      for (double recompute : request.recompute()) {
+        probe.clear_tasks();
+        v1::Task& t = *probe.add_tasks();
+        t.set_task_index(task_index);
+        t.set_group_id(1);
+        for (int r : ranks) t.add_ranks(r);
+        t.add_samples(task_index);
+        t.add_lengths(length);
+        t.set_recompute(recompute);
+        ++task_index;
+        std::vector<double> seconds;
+        for (int rep = 0; rep < repetitions; ++rep) {
+          ASSIGN_OR_RETURN(ExecutedTask done, RunTask(probe, 0, comm));
+          seconds.push_back(done.seconds);
+        }
+        std::sort(seconds.begin(), seconds.end());
+        const size_t mid = seconds.size() / 2;
+        const double median = seconds.size() % 2 == 1
+                                  ? seconds[mid]
+                                  : (seconds[mid - 1] + seconds[mid]) / 2;
+        if (!reports) continue;
+        v1::ProfileEntry& entry = *profile.add_entries();
+        entry.set_length(length);
+        entry.set_group_size(p);
+        entry.set_recompute(recompute);
+        entry.set_seconds(median);
+        entry.set_memory_bytes(0);
+      }
+    }
+  }
+  return profile;
 }
 
 absl::StatusOr<ExecutedTask> TaskExecutor::RunTask(const v1::RankStep& step,

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "kernels/communicator.h"
 #include "proto/plan.pb.h"
+#include "proto/scheduler_service.pb.h"
 
 namespace dcp {
 
@@ -115,6 +116,20 @@ class TaskExecutor {
   /// the communicator's error when a collective fails.
   absl::StatusOr<StepExecution> RunStep(const v1::RankStep& step,
                                         const GroupResolver& groups);
+
+  /// Runs the scheduler's "data profile" grid on this rank: for each group
+  /// size p of `request` (in order), on the request's group of size p that
+  /// holds this rank (alone when p = 1), for each length and then each
+  /// recompute ratio, one sequence of that length (scaled by `token_scale`
+  /// as a task's) through the layers, `repetitions` times, with the group
+  /// agreement check of a task; the median time is the entry's seconds
+  /// (memory_bytes is 0: nothing is measured on the CPU). Every member of a
+  /// group runs the same collectives in the same order. Only a group's
+  /// first rank returns its entries (every rank for p = 1), so each group's
+  /// measurement reaches the scheduler once. INVALID_ARGUMENT for a size
+  /// that does not divide the heads or has no group holding this rank.
+  absl::StatusOr<v1::Profile> RunProfile(const v1::ProfileRequest& request,
+                                         const GroupResolver& groups);
 
   const TaskExecutorOptions& options() const { return options_; }
 

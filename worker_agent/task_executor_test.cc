@@ -275,6 +275,70 @@ TEST(TaskExecutorTest, ResolverErrorNamesTheTask) {
   EXPECT_THAT(s.message(), HasSubstr("peer missing"));
 }
 
+v1::ProfileRequest TwoRankProfileRequest() {
+  v1::ProfileRequest request;
+  request.set_epoch(0);
+  request.add_lengths(256);
+  request.add_lengths(1024);
+  request.add_group_sizes(1);
+  request.add_group_sizes(2);
+  request.add_recompute(0);
+  request.add_recompute(1);
+  request.set_repetitions(3);
+  v1::CommGroup* group = request.add_groups();
+  group->set_id(1);
+  group->add_ranks(0);
+  group->add_ranks(1);
+  group->set_rendezvous_prefix("s/e0/profile/g0-1");
+  return request;
+}
+
+TEST(TaskExecutorTest, ProfileRunsTheGridAndOnlyTheGroupLeaderReportsIt) {
+  const v1::ProfileRequest request = TwoRankProfileRequest();
+  auto members = FakeCommunicator::Group(2, absl::Seconds(10));
+  std::vector<absl::StatusOr<v1::Profile>> results(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto executor = TaskExecutor::Create(Options(r, nullptr));
+      ASSERT_TRUE(executor.ok());
+      Communicator* comm = members[r].get();
+      results[r] = (*executor)->RunProfile(
+          request,
+          [comm](const v1::CommGroup& g) -> absl::StatusOr<Communicator*> {
+            if (g.ranks_size() != 2) return absl::InternalError("bad group");
+            return comm;
+          });
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  // Rank 0: p = 1 and its group's p = 2; rank 1: p = 1 only.
+  ASSERT_EQ(results[0]->entries_size(), 8);
+  ASSERT_EQ(results[1]->entries_size(), 4);
+  int p2 = 0;
+  for (const v1::ProfileEntry& e : results[0]->entries()) {
+    EXPECT_GT(e.seconds(), 0);
+    EXPECT_TRUE(e.length() == 256 || e.length() == 1024);
+    p2 += e.group_size() == 2;
+  }
+  EXPECT_EQ(p2, 4);
+  for (const v1::ProfileEntry& e : results[1]->entries()) {
+    EXPECT_EQ(e.group_size(), 1);
+  }
+}
+
+TEST(TaskExecutorTest, ProfileWithoutAGroupForTheRankIsInvalid) {
+  v1::ProfileRequest request = TwoRankProfileRequest();
+  auto executor = TaskExecutor::Create(Options(2, nullptr));
+  ASSERT_TRUE(executor.ok());
+  const absl::Status s = (*executor)->RunProfile(request, NoGroups()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("group size 2"));
+}
+
 TEST(TaskExecutorTest, ExecutionLogHasOneLinePerTaskAndOnePerStep) {
   TickingClock clock;
   auto executor = TaskExecutor::Create(Options(2, &clock));
