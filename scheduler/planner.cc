@@ -152,6 +152,9 @@ class StepPlanner {
   std::vector<double> single_dur_;  // per item, alone in a short pack
   std::vector<double> item_cost_;   // per item, added to an open short pack
   double mean_load_ = 0;
+  // Sums over the sequences past the group candidates (always short).
+  double tail_cost_ = 0;
+  double tail_tokens_ = 0;
 };
 
 void StepPlanner::SortByLength() {
@@ -270,6 +273,12 @@ absl::Status StepPlanner::ComputeGroupConfigs() {
     if (single_dur_[i] <= min_limit) break;
     RETURN_IF_ERROR(AddGroupConfigs(i));
   }
+  tail_cost_ = 0;
+  tail_tokens_ = 0;
+  for (int i = static_cast<int>(configs_.size()); i < n; ++i) {
+    tail_cost_ += item_cost_[i];
+    tail_tokens_ += items_[i].length;
+  }
   return absl::OkStatus();
 }
 
@@ -298,11 +307,13 @@ Draft StepPlanner::Build(double limit, bool fill) const {
   d.rank_packs.assign(world_, {});
   std::vector<int> short_items;
   short_items.reserve(items_.size());
+  // Only the sequences with group configurations (a prefix) can become
+  // groups; every later one is short.
   const int n = static_cast<int>(items_.size());
-  for (int i = 0; i < n; ++i) {
+  const int candidates = static_cast<int>(configs_.size());
+  for (int i = 0; i < candidates; ++i) {
     const Item& it = items_[i];
-    if (i >= static_cast<int>(configs_.size()) ||
-        (it.length <= short_cap_ && single_dur_[i] <= limit)) {
+    if (it.length <= short_cap_ && single_dur_[i] <= limit) {
       short_items.push_back(i);
       continue;
     }
@@ -331,6 +342,9 @@ Draft StepPlanner::Build(double limit, bool fill) const {
     t.units = it.units;
     d.long_tasks.push_back(std::move(t));
   }
+  short_items.resize(short_items.size() + (n - candidates));
+  std::iota(short_items.end() - (n - candidates), short_items.end(),
+            candidates);
   if (fill) Fill(&short_items, &d);
   // Largest groups first, longest first: groups of one size then start on
   // ranks that the larger groups released together.
@@ -382,10 +396,23 @@ double StepPlanner::WaterLevel(const Draft& d) const {
   // The step time if the short sequences were spread like water over the
   // ranks' finish times after the groups: a close, cheap estimate of what
   // dealing them achieves.
+  // Sums over the short sequences: the tail past the group candidates is
+  // short in every draft and only the candidates vary.
   double work = 0, tokens = 0;
-  for (int i : d.short_items) {
-    work += item_cost_[i];
-    tokens += items_[i].length;
+  const int candidates = static_cast<int>(configs_.size());
+  size_t k = 0;
+  for (; k < d.short_items.size() && d.short_items[k] < candidates; ++k) {
+    work += item_cost_[d.short_items[k]];
+    tokens += items_[d.short_items[k]].length;
+  }
+  if (d.short_items.size() - k == items_.size() - candidates) {
+    work += tail_cost_;
+    tokens += tail_tokens_;
+  } else {  // Fill took some of the tail.
+    for (; k < d.short_items.size(); ++k) {
+      work += item_cost_[d.short_items[k]];
+      tokens += items_[d.short_items[k]].length;
+    }
   }
   work += pack_overhead_ * std::ceil(tokens / short_cap_);
   std::vector<double> f = d.finish;
