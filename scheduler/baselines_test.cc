@@ -9,25 +9,14 @@
 #include "gtest/gtest.h"
 #include "scheduler/simulator.h"
 #include "scheduler/step_builder.h"
+#include "scheduler/test_data.h"
 
 namespace dcp {
 namespace {
 
-using ::testing::HasSubstr;
+using testing_data::TinyModel;
 
-// The round-number model of simulator_test.cc: P = 280000 parameters.
-ModelSpec TinyModel() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.layers = 2;
-  m.hidden = 100;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.ffn = 200;
-  m.vocab = 1000;
-  m.causal = true;
-  return m;
-}
+using ::testing::HasSubstr;
 
 // 4 GPUs, 2 a node, 1e7 bytes each: the sharded states take 16*280000/4 =
 // 1.12e6 bytes, a token 10200 (r=0), 7000 (r=0.5) or 3800 (r=1) bytes.

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/plan_proto.h"
 #include "scheduler/simulator.h"
+#include "scheduler/test_data.h"
 
 namespace dcp {
 namespace {
@@ -29,16 +30,8 @@ using ::testing::HasSubstr;
 
 constexpr int kWorld = 4;
 
-/// A deterministic trace: mostly short samples, some long ones.
 std::vector<int32_t> Trace(int n) {
-  std::vector<int32_t> lengths;
-  uint64_t x = 12345;
-  for (int i = 0; i < n; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    const int32_t r = static_cast<int32_t>((x >> 33) % 1000);
-    lengths.push_back(r < 900 ? 128 + r * 4 : 8192 + (r - 900) * 200);
-  }
-  return lengths;
+  return testing_data::SkewedTrace(n, /*seed=*/12345);
 }
 
 class ControlPlaneTest : public ::testing::Test {

@@ -3,23 +3,12 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "scheduler/test_data.h"
 
 namespace dcp {
 namespace {
 
-// A model with round numbers so every figure below can be checked by hand.
-ModelSpec TinyModel() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.layers = 2;
-  m.hidden = 100;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.ffn = 200;
-  m.vocab = 1000;
-  m.causal = true;
-  return m;
-}
+using testing_data::TinyModel;
 
 ClusterSpec RoundCluster() {
   ClusterSpec c;
