@@ -32,6 +32,17 @@ absl::StatusOr<ModelSpec> ResolveModel(const std::string& name,
   return BuiltinModel(name);
 }
 
+absl::StatusOr<CostModel> CostModelFromProfile(const std::string& path,
+                                               const ClusterSpec& cluster,
+                                               const ModelSpec& model,
+                                               int world_size,
+                                               double prior_weight) {
+  ASSIGN_OR_RETURN(std::vector<TaskObservation> profile,
+                   LoadProfileTable(path));
+  return CostModel::FromSpecs(cluster, model, world_size)
+      .Fit(profile, prior_weight);
+}
+
 std::string StatsJson(const EvaluationOptions& options,
                       const EvaluationResult& result) {
   nlohmann::json j;

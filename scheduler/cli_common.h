@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
+#include "scheduler/cost_model.h"
 #include "scheduler/evaluation.h"
 
 namespace dcp {
@@ -30,6 +31,14 @@ absl::StatusOr<std::vector<int32_t>> LoadLengths(const std::string& path,
 /// `config_path` is not empty.
 absl::StatusOr<ModelSpec> ResolveModel(const std::string& name,
                                        const std::string& config_path);
+
+/// The planner's cost model fitted to a profile table file (see
+/// `ParseProfileTable`), starting from the data sheets of `cluster`.
+absl::StatusOr<CostModel> CostModelFromProfile(const std::string& path,
+                                               const ClusterSpec& cluster,
+                                               const ModelSpec& model,
+                                               int world_size,
+                                               double prior_weight);
 
 /// The stats JSON of dcp-plan: steps, makespan_s, lower_bound_s,
 /// static_packed_s, static_balanced_s, dynamic_cp_s (sums over steps, in

@@ -74,13 +74,10 @@ absl::Status Run() {
   }
   if (!absl::GetFlag(FLAGS_profile).empty()) {
     ASSIGN_OR_RETURN(
-        std::vector<TaskObservation> profile,
-        LoadProfileTable(ResolvePath(absl::GetFlag(FLAGS_profile), wd)));
-    ASSIGN_OR_RETURN(
-        CostModel fitted,
-        CostModel::FromSpecs(options.cluster, options.model, options.world_size)
-            .Fit(profile));
-    options.cost_model = fitted;
+        options.cost_model,
+        CostModelFromProfile(ResolvePath(absl::GetFlag(FLAGS_profile), wd),
+                             options.cluster, options.model, options.world_size,
+                             /*prior_weight=*/1.0));
   }
   ASSIGN_OR_RETURN(
       std::vector<int32_t> lengths,

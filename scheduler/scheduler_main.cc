@@ -171,13 +171,10 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
         "--world_size and --gpus_per_node must be positive");
   }
   if (!absl::GetFlag(FLAGS_profile).empty()) {
-    ASSIGN_OR_RETURN(
-        std::vector<TaskObservation> profile,
-        LoadProfileTable(ResolvePath(absl::GetFlag(FLAGS_profile), wd)));
-    ASSIGN_OR_RETURN(CostModel fitted,
-                     CostModel::FromSpecs(cp.cluster, cp.model, cp.world_size)
-                         .Fit(profile, cp.prior_weight));
-    cp.cost_model = fitted;
+    ASSIGN_OR_RETURN(cp.cost_model,
+                     CostModelFromProfile(
+                         ResolvePath(absl::GetFlag(FLAGS_profile), wd),
+                         cp.cluster, cp.model, cp.world_size, cp.prior_weight));
   }
   ASSIGN_OR_RETURN(
       cp.lengths,
