@@ -5,6 +5,7 @@
 //
 //   bazel run -c opt //scheduler:plan_delivery_benchmark --
 //     --agents=256,1024 --steps=100 [--step_ms=100] [--channels=8]
+//     [--fanout_threads=-1]
 //
 // Per row it starts an in-process SchedulerServer on 127.0.0.1:0 (bundled
 // Wikipedia trace, llama3-8b, world = N, N * --tokens_per_rank tokens a
@@ -34,7 +35,9 @@
 //   fan-out    on_step_planned time - t0(s): the control plane calls it
 //              after waking every plan stream on the planning thread, so
 //              this is how long (wall, CPU) that thread spent publishing the
-//              step; the last stream cannot be written before it ends;
+//              step; the last stream cannot be written before it ends
+//              (with a fan-out pool, --fanout_threads, the wakes only queue
+//              the streams and the pool's threads do the writes);
 //   steps/s    1 / the least-squares slope of delivery time over step.
 // Server and agents share this machine's cores: read the load table (this
 // process's cores, other processes' cores) before blaming the scheduler.
@@ -102,6 +105,9 @@ ABSL_FLAG(double, max_seconds, 30,
 ABSL_FLAG(int, lookahead_steps, 4, "ControlPlaneOptions::lookahead_steps.");
 ABSL_FLAG(int, channels, 8,
           "gRPC channels (TCP connections) the agents' calls share.");
+ABSL_FLAG(int, fanout_threads, -1,
+          "SchedulerServerOptions::fanout_threads (-1: auto, 0: pump on the "
+          "planner thread, N: a pool of N threads).");
 ABSL_FLAG(int, client_threads, 2,
           "Threads polling the agents' completion queues.");
 ABSL_FLAG(int64_t, tokens_per_rank, 65536,
@@ -683,6 +689,7 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   options.listen_address = "127.0.0.1:0";
   options.shutdown_grace = absl::Seconds(1);
   options.stop_grace = absl::Seconds(1);
+  options.fanout_threads = absl::GetFlag(FLAGS_fanout_threads);
   ControlPlaneOptions& cp = options.control_plane;
   cp.lengths = *config.lengths;
   cp.window = config.window;
@@ -953,12 +960,12 @@ absl::Status Run() {
   std::printf(
       "plan delivery: %s, %s (%zu samples), %lld tokens/rank/step, window "
       "%lld, lookahead %d, refit every %d, %d channels, %d client threads, "
-      "%s, %d CPUs\n",
+      "fan-out threads %d (-1 auto), %s, %d CPUs\n",
       config.model.name.c_str(), absl::GetFlag(FLAGS_lengths).c_str(),
       lengths.size(), static_cast<long long>(config.tokens_per_rank),
       static_cast<long long>(config.window), config.lookahead_steps,
       config.refit_every, config.channels, config.client_threads,
-      config.step_time > absl::ZeroDuration()
+      absl::GetFlag(FLAGS_fanout_threads), config.step_time > absl::ZeroDuration()
           ? absl::StrFormat("agents compute %.0f ms a step",
                             absl::ToDoubleMilliseconds(config.step_time))
                 .c_str()

@@ -17,6 +17,10 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (options.listen_address.empty()) {
     return absl::InvalidArgumentError("listen address is empty");
   }
+  if (options.fanout_threads < -1) {
+    return absl::InvalidArgumentError(
+        "fanout_threads must be -1 (auto), 0 (none) or a thread count");
+  }
   if (options.control_plane.max_message_bytes > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("max_message_bytes must be <= 1 GiB");
   }
@@ -56,7 +60,9 @@ SchedulerServer::SchedulerServer(SchedulerServerOptions options,
                                  std::unique_ptr<ControlPlane> control_plane)
     : options_(std::move(options)),
       control_plane_(std::move(control_plane)),
-      service_(std::make_unique<SchedulerService>(control_plane_.get())) {}
+      service_(std::make_unique<SchedulerService>(
+          control_plane_.get(),
+          SchedulerServiceOptions{options_.fanout_threads})) {}
 
 SchedulerServer::~SchedulerServer() { Shutdown(); }
 

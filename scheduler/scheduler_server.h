@@ -30,6 +30,10 @@ struct SchedulerServerOptions {
   absl::Duration stop_grace = absl::Seconds(30);
   /// How long `Shutdown` lets in-flight RPCs finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(2);
+  /// Threads that pump woken plan streams, off the planner thread
+  /// (`SchedulerServiceOptions::fanout_threads`): -1 auto (a pool on hosts
+  /// with 8 cores or more), 0 none, N threads.
+  int fanout_threads = -1;
   /// Server-side keepalive pings on idle connections, so a vanished agent's
   /// stream ends instead of lingering. Zero disables them.
   absl::Duration keepalive = absl::Seconds(30);

@@ -252,6 +252,31 @@ TEST_F(SchedulerServerTest, StreamsTenStepsToFourRanksAndLearns) {
   }));
 }
 
+TEST_F(SchedulerServerTest, FanOutPoolsServeEveryStreamInOrder) {
+  // Every wake goes through the pool's queues, where repeated wakes of a
+  // queued stream coalesce: every step must still arrive, in order, then the
+  // drain message. One thread: all streams share a queue; three: shards.
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat(threads, " fan-out threads"));
+    SchedulerServerOptions o = Options();
+    o.control_plane.max_steps = 10;
+    o.fanout_threads = threads;
+    StartServer(std::move(o));
+
+    const std::vector<AgentLog> logs = RunAgents();
+    for (int r = 0; r < kWorld; ++r) {
+      SCOPED_TRACE(absl::StrCat("rank ", r));
+      EXPECT_TRUE(logs[r].errors.empty()) << logs[r].errors.front();
+      EXPECT_EQ(logs[r].steps, Steps(0, 9));
+      EXPECT_TRUE(logs[r].drained);
+      EXPECT_EQ(logs[r].drain_last_step, 9);
+      EXPECT_TRUE(logs[r].finish.ok()) << logs[r].finish.error_message();
+    }
+    // Destroying the server stops and joins the fan-out pool.
+    server_.reset();
+  }
+}
+
 TEST_F(SchedulerServerTest, UnaryCallsTranslateStatuses) {
   StartServer(Options());
   absl::StatusOr<v1::RegisterResponse> bad = Register(9);
@@ -469,6 +494,10 @@ TEST_F(SchedulerServerTest, ShutdownEndsOpenStreamsQuickly) {
 TEST_F(SchedulerServerTest, BadOptionsAndBusyPortsFail) {
   SchedulerServerOptions o = Options();
   o.control_plane.world_size = 0;
+  EXPECT_EQ(SchedulerServer::Start(std::move(o)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.fanout_threads = -2;
   EXPECT_EQ(SchedulerServer::Start(std::move(o)).status().code(),
             absl::StatusCode::kInvalidArgument);
   StartServer(Options());

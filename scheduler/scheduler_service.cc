@@ -1,8 +1,12 @@
 #include "scheduler/scheduler_service.h"
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -11,6 +15,50 @@
 #include "common/grpc_status.h"
 
 namespace dcp {
+
+struct StreamLink;
+
+/// The fan-out pool: `fanout_threads` shards, each a queue of woken stream
+/// links and the one thread that pumps them. `Enqueue` (the wake) only
+/// pushes the link, once until a shard thread takes it (the link's `queued`
+/// flag coalesces repeated wakes), so it is cheap for the planner thread.
+/// Thread-safe; `Stop` joins the threads, and `Enqueue` after it does
+/// nothing.
+class StreamFanOut {
+ public:
+  explicit StreamFanOut(int threads);
+  ~StreamFanOut() { Stop(); }
+  StreamFanOut(const StreamFanOut&) = delete;
+  StreamFanOut& operator=(const StreamFanOut&) = delete;
+
+  /// The shard for a new stream; one stream always uses the same shard.
+  int PickShard() {
+    return static_cast<int>(
+        next_shard_.fetch_add(1, std::memory_order_relaxed) % shards_.size());
+  }
+
+  /// Queues `link` for a pump on its shard unless it is queued already.
+  void Enqueue(const std::shared_ptr<StreamLink>& link);
+
+  /// Stops and joins the threads; queued links are dropped. Idempotent.
+  void Stop();
+
+ private:
+  struct Shard {
+    absl::Mutex mu;
+    std::vector<std::shared_ptr<StreamLink>> queue ABSL_GUARDED_BY(mu);
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    std::thread thread;
+  };
+
+  static void Run(Shard& shard);
+
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> next_shard_{0};
+  absl::Mutex stop_mu_;
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
+};
+
 namespace {
 
 /// Finishes a unary call with `result`, copying the value on success.
@@ -33,6 +81,8 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
 
 class PlanStreamReactor;
 
+}  // namespace
+
 /// What a plan stream shares with the wake callback it gave the control
 /// plane. The callback may run on any thread at any time, also after the
 /// RPC is over, so it holds this (by shared_ptr) instead of the reactor, and
@@ -40,9 +90,19 @@ class PlanStreamReactor;
 /// `OnDone` nulls it under `mu` before deleting the reactor: a wake either
 /// finishes its use of the reactor before that, or sees null.
 struct StreamLink {
+  explicit StreamLink(int shard) : shard(shard) {}
+
   absl::Mutex mu;
   PlanStreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  /// The fan-out shard that pumps this stream (-1 without a pool).
+  const int shard;
+  /// True from a wake's enqueue until the shard thread takes the link (and
+  /// before it pumps), so wakes meanwhile are covered by that pump. Swapped
+  /// with acq_rel so the pump sees what the wake's caller published.
+  std::atomic<bool> queued{false};
 };
+
+namespace {
 
 /// One StreamPlans call. All its state is guarded by `link_->mu`, taken by
 /// every reaction and by wakes; gRPC runs no reaction inline from
@@ -53,19 +113,31 @@ struct StreamLink {
 class PlanStreamReactor final
     : public grpc::ServerWriteReactor<v1::PlanUpdate> {
  public:
+  /// `fanout` null: wakes pump on the waking thread.
   PlanStreamReactor(ControlPlane* control_plane,
+                    const std::shared_ptr<StreamFanOut>& fanout,
                     const v1::StreamPlansRequest& request)
-      : control_plane_(control_plane), link_(std::make_shared<StreamLink>()) {
+      : control_plane_(control_plane),
+        link_(std::make_shared<StreamLink>(
+            fanout != nullptr ? fanout->PickShard() : -1)) {
     {
       absl::MutexLock lock(&link_->mu);
       link_->reactor = this;
     }
     // Not under link_->mu: OpenStream may wake the rank's older stream. A
     // wake of this stream before the id is known finds it not open yet and
-    // does nothing; the pump below catches up.
-    absl::StatusOr<int64_t> id = control_plane_->OpenStream(
-        request.rank(), request.session_id(), request.from_step(),
-        [link = link_] { Wake(*link); });
+    // does nothing; the pump below catches up. With a fan-out pool the wake
+    // (on the planner thread, mostly) only queues the link and a pool thread
+    // calls `Wake`; without one it pumps right there.
+    std::function<void()> wake;
+    if (fanout != nullptr) {
+      wake = [fanout, link = link_] { fanout->Enqueue(link); };
+    } else {
+      wake = [link = link_] { Wake(*link); };
+    }
+    absl::StatusOr<int64_t> id =
+        control_plane_->OpenStream(request.rank(), request.session_id(),
+                                   request.from_step(), std::move(wake));
     absl::MutexLock lock(&link_->mu);
     if (!id.ok()) {
       FinishLocked(ToGrpcStatus(id.status()));
@@ -108,7 +180,7 @@ class PlanStreamReactor final
     delete this;
   }
 
- private:
+  /// Pumps the stream behind `link`, if it is not done. Any thread.
   static void Wake(StreamLink& link) {
     absl::MutexLock lock(&link.mu);
     PlanStreamReactor* reactor = link.reactor;
@@ -117,6 +189,7 @@ class PlanStreamReactor final
     reactor->PumpLocked();
   }
 
+ private:
   /// Starts the next write, or finishes, unless a write is in flight.
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
     if (stream_id_ == 0 || write_in_flight_ || finish_status_.has_value()) {
@@ -156,10 +229,81 @@ class PlanStreamReactor final
   v1::PlanUpdate current_ ABSL_GUARDED_BY(link_->mu);
 };
 
+int FanOutThreads(const SchedulerServiceOptions& options) {
+  if (options.fanout_threads >= 0) return options.fanout_threads;
+  // Auto: a pool only where it has cores to run on. On small hosts the pool
+  // competes with the gRPC threads for the same cores and measured worse
+  // (scheduler/plan_delivery_benchmark.cc on 2 cores).
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return cores >= 8 ? std::min(8, cores / 4) : 0;
+}
+
 }  // namespace
 
-SchedulerService::SchedulerService(ControlPlane* control_plane)
-    : control_plane_(control_plane) {}
+StreamFanOut::StreamFanOut(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    shards_.push_back(std::make_unique<Shard>());
+  }
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    Shard* s = shard.get();
+    s->thread = std::thread([s] { Run(*s); });
+  }
+}
+
+void StreamFanOut::Enqueue(const std::shared_ptr<StreamLink>& link) {
+  if (link->queued.exchange(true, std::memory_order_acq_rel)) return;
+  Shard& shard = *shards_[link->shard];
+  absl::MutexLock lock(&shard.mu);
+  // After Stop the flag stays set: later wakes return above, cheaply.
+  if (shard.stopping) return;
+  shard.queue.push_back(link);
+}
+
+void StreamFanOut::Run(Shard& shard) {
+  std::vector<std::shared_ptr<StreamLink>> batch;
+  while (true) {
+    {
+      absl::MutexLock lock(&shard.mu);
+      shard.mu.Await(absl::Condition(
+          +[](Shard* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+            return s->stopping || !s->queue.empty();
+          },
+          &shard));
+      if (shard.stopping) return;
+      batch.swap(shard.queue);
+    }
+    for (const std::shared_ptr<StreamLink>& link : batch) {
+      // Cleared before the pump: a wake from here on queues the link again,
+      // and one before is covered by this pump.
+      link->queued.exchange(false, std::memory_order_acq_rel);
+      PlanStreamReactor::Wake(*link);
+    }
+    batch.clear();
+  }
+}
+
+void StreamFanOut::Stop() {
+  absl::MutexLock stop_lock(&stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    absl::MutexLock lock(&shard->mu);
+    shard->stopping = true;
+    shard->queue.clear();
+  }
+  for (const std::unique_ptr<Shard>& shard : shards_) shard->thread.join();
+}
+
+SchedulerService::SchedulerService(ControlPlane* control_plane,
+                                   SchedulerServiceOptions options)
+    : control_plane_(control_plane),
+      fanout_(FanOutThreads(options) > 0
+                  ? std::make_shared<StreamFanOut>(FanOutThreads(options))
+                  : nullptr) {}
+
+SchedulerService::~SchedulerService() {
+  if (fanout_ != nullptr) fanout_->Stop();
+}
 
 grpc::ServerUnaryReactor* SchedulerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
@@ -170,7 +314,7 @@ grpc::ServerUnaryReactor* SchedulerService::Register(
 grpc::ServerWriteReactor<v1::PlanUpdate>* SchedulerService::StreamPlans(
     grpc::CallbackServerContext* /*context*/,
     const v1::StreamPlansRequest* request) {
-  return new PlanStreamReactor(control_plane_, *request);
+  return new PlanStreamReactor(control_plane_, fanout_, *request);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReportTimings(

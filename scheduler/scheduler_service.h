@@ -1,10 +1,23 @@
 #ifndef DCP_SCHEDULER_SCHEDULER_SERVICE_H_
 #define DCP_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include <memory>
+
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control_plane.h"
 
 namespace dcp {
+
+class StreamFanOut;
+
+/// Configuration of a `SchedulerService`.
+struct SchedulerServiceOptions {
+  /// Threads of the fan-out pool that pumps woken plan streams, so the
+  /// control plane's planner thread only enqueues them. 0: no pool, a wake
+  /// pumps its stream on the waking thread. -1 (auto): cores / 4, at most 8,
+  /// on hosts with 8 cores or more, else no pool.
+  int fanout_threads = -1;
+};
 
 /// The gRPC face of a `ControlPlane` (callback API). It only translates:
 /// requests go to the control plane, `absl::Status` comes back through
@@ -17,15 +30,27 @@ namespace dcp {
 /// order, once, and the stream ends with the drain message and OK (or with
 /// the status the control plane gives, e.g. ABORTED when replaced).
 ///
-/// Thread-safe. Does not own the control plane, which must outlive every
-/// RPC: destroy the `grpc::Server` (after `Shutdown`) before either.
+/// With a fan-out pool (`SchedulerServiceOptions::fanout_threads`), a wake
+/// only queues its stream on one of the pool's shards, and a queued stream
+/// is not queued again, so a step published to N streams costs the planner
+/// thread N enqueues; the pool's threads run the pumps (the writes). The
+/// destructor stops and joins the pool; wakes after that are dropped.
+/// Without one, a wake pumps its stream on the waking thread.
+///
+/// Thread-safe. Owns the fan-out pool; does not own the control plane, which
+/// must outlive the service: destroy the `grpc::Server` (after `Shutdown`)
+/// before either.
 /// Included only by the server and tests: it pulls in grpc++.
 ///
 ///   SchedulerService service(control_plane.get());
 ///   builder.RegisterService(&service);
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:
-  explicit SchedulerService(ControlPlane* control_plane);
+  explicit SchedulerService(ControlPlane* control_plane,
+                            SchedulerServiceOptions options = {});
+  ~SchedulerService() override;
+  SchedulerService(const SchedulerService&) = delete;
+  SchedulerService& operator=(const SchedulerService&) = delete;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -54,6 +79,9 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
 
  private:
   ControlPlane* const control_plane_;
+  /// Shared with the wakes handed to the control plane, which may outlive
+  /// the service; stopped by the destructor. Null without a pool.
+  const std::shared_ptr<StreamFanOut> fanout_;
 };
 
 }  // namespace dcp
