@@ -5,6 +5,7 @@
 //
 //   bazel run -c opt //scheduler:planner_benchmark
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,35 @@ void BM_ScenarioA(benchmark::State& state) {
   PlanSteps(state, 32, 2097152, 131072);
 }
 BENCHMARK(BM_ScenarioA)->Unit(benchmark::kMillisecond);
+
+// Forming one step's sample list at 1,024 GPUs (64M tokens, ~67K samples):
+// the planning thread does this before every PlanStep.
+void BM_FormStep1024(benchmark::State& state) {
+  LengthView view(Wikipedia(), 131072);
+  StepBuilderOptions so;
+  so.tokens_per_step = int64_t{65536} * 1024;
+  absl::StatusOr<StepBuilder> builder = StepBuilder::Create(view, so);
+  if (!builder.ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<int64_t>> step = builder->NextStep();
+    benchmark::DoNotOptimize(step);
+  }
+}
+BENCHMARK(BM_FormStep1024)->Unit(benchmark::kMillisecond);
+
+// One draw of the shuffle over the Wikipedia trace's 1M ids, over whole
+// epochs: Arg 0 keeps the swap map (no array), 1 is the default switch.
+void BM_ShuffledOrderNext(benchmark::State& state) {
+  const int64_t n = static_cast<int64_t>(Wikipedia().size());
+  ShuffledOrder order(n, 0,
+                      state.range(0) == 0 ? std::numeric_limits<int64_t>::max()
+                                          : n / 32);
+  for (auto _ : state) benchmark::DoNotOptimize(order.Next());
+}
+BENCHMARK(BM_ShuffledOrderNext)->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace dcp

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -24,8 +25,15 @@ uint64_t RotateLeft(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 }  // namespace
 
-ShuffledOrder::ShuffledOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
+ShuffledOrder::ShuffledOrder(int64_t n, uint64_t seed)
+    : ShuffledOrder(n, seed, n / 32) {}
+
+ShuffledOrder::ShuffledOrder(int64_t n, uint64_t seed, int64_t dense_after)
+    : n_(n), seed_(seed), dense_after_(dense_after) {
   ABSL_RAW_CHECK(n > 0, "ShuffledOrder needs at least one sample");
+  if (n > int64_t{1} << 32) {
+    dense_after_ = std::numeric_limits<int64_t>::max();
+  }
   StartEpoch(0);
 }
 
@@ -40,6 +48,7 @@ void ShuffledOrder::StartEpoch(int64_t epoch) {
   epoch_ = epoch;
   next_position_ = 0;
   swapped_.clear();
+  dense_.clear();
   uint64_t sm = EpochSeed(seed_, epoch);
   for (uint64_t& word : state_) word = SplitMix64(&sm);
 }
@@ -71,11 +80,31 @@ uint64_t ShuffledOrder::Uniform(uint64_t bound) {
   return static_cast<uint64_t>(m >> 64);
 }
 
+void ShuffledOrder::MakeDense() {
+  dense_.resize(static_cast<size_t>(n_));
+  std::iota(dense_.begin(), dense_.end(), uint32_t{0});
+  for (const auto& [pos, id] : swapped_) {
+    dense_[static_cast<size_t>(pos)] = static_cast<uint32_t>(id);
+  }
+  swapped_.clear();
+  swapped_.rehash(0);  // Give the map's memory back.
+}
+
 int64_t ShuffledOrder::Next() {
   if (Done()) StartEpoch(epoch_ + 1);
+  if (dense_.empty() &&
+      static_cast<int64_t>(swapped_.size()) >= dense_after_) {
+    MakeDense();
+  }
   const int64_t i = next_position_++;
   const int64_t j =
       i + static_cast<int64_t>(Uniform(static_cast<uint64_t>(n_ - i)));
+  if (!dense_.empty()) {
+    // Position i is never read again: only j needs what was at i.
+    const uint32_t at_j = dense_[static_cast<size_t>(j)];
+    dense_[static_cast<size_t>(j)] = dense_[static_cast<size_t>(i)];
+    return at_j;
+  }
   auto value_at = [this](int64_t pos) {
     auto it = swapped_.find(pos);
     return it == swapped_.end() ? pos : it->second;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -85,6 +86,35 @@ TEST(ShuffledOrderTest, MemoryIsProportionalToIdsDrawn) {
   }
   EXPECT_LE(order.stored_positions(), 10000);
   EXPECT_FALSE(order.Done());
+}
+
+TEST(ShuffledOrderTest, ArrayAndMapDrawTheSameIds) {
+  // The array is only a faster store of the same shuffle: switching to it at
+  // any point must not change a single id, in any epoch.
+  for (int64_t n : {1, 2, 7, 1000, 100000}) {
+    for (int64_t dense_after : {int64_t{0}, int64_t{1}, n / 32, n / 3}) {
+      ShuffledOrder map(n, 77, std::numeric_limits<int64_t>::max());
+      ShuffledOrder mixed(n, 77, dense_after);
+      for (int64_t k = 0; k < 3 * n + 5; ++k) {
+        ASSERT_EQ(map.Next(), mixed.Next())
+            << "n=" << n << " dense_after=" << dense_after << " draw " << k;
+        ASSERT_EQ(map.epoch(), mixed.epoch());
+      }
+      EXPECT_LE(mixed.stored_positions(), n);
+    }
+  }
+}
+
+TEST(ShuffledOrderTest, LongEpochsGoOnInTheArray) {
+  const int64_t n = 100000;
+  ShuffledOrder order(n, 3);
+  for (int i = 0; i < 100; ++i) order.Next();
+  EXPECT_LT(order.stored_positions(), n);  // Still the map.
+  for (int64_t i = 0; i < n / 2; ++i) order.Next();
+  EXPECT_EQ(order.stored_positions(), n);  // The array.
+  while (!order.Done()) order.Next();
+  order.Next();  // A new epoch starts in the map again: one swap at most.
+  EXPECT_LE(order.stored_positions(), 1);
 }
 
 TEST(ShuffledOrderTest, FirstIdIsRoughlyUniform) {
