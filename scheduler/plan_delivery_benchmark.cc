@@ -42,6 +42,7 @@
 // Server and agents share this machine's cores: read the load table (this
 // process's cores, other processes' cores) before blaming the scheduler.
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -585,6 +586,22 @@ class QueueThreads {
     for (std::thread& t : threads_) t.join();
   }
 
+  /// CPU seconds the queue threads used so far (gRPC's client work done
+  /// while polling, and the handlers), summed; before Stop.
+  double CpuSeconds() const {
+    double sum = 0;
+    for (const std::thread& t : threads_) {
+      clockid_t clock = 0;
+      timespec ts{};
+      if (pthread_getcpuclockid(const_cast<std::thread&>(t).native_handle(),
+                                &clock) == 0 &&
+          clock_gettime(clock, &ts) == 0) {
+        sum += absl::ToDoubleSeconds(absl::DurationFromTimespec(ts));
+      }
+    }
+    return sum;
+  }
+
   /// Seconds spent in handlers, summed over threads; call after Stop.
   double BusySeconds() const {
     double sum = 0;
@@ -646,6 +663,10 @@ struct RowResult {
   double tasks_per_step = 0;
   double bytes_per_message = 0;
   double client_ms_per_step = 0;
+  /// CPU ms per step of the agents' queue threads, and of the rest of the
+  /// process: the scheduler, plus gRPC threads both ends share.
+  double agents_cpu_ms_per_step = 0;
+  double server_cpu_ms_per_step = 0;
   double process_cores = 0;
   double machine_busy = 0;
   double machine_steal = 0;
@@ -750,6 +771,7 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   agents.reserve(n);
   result.load_before = LoadAverage();
   const CpuSample cpu_start = CpuSample::Take();
+  const double agents_cpu_start = queues.CpuSeconds();
   for (int rank = 0; rank < n; ++rank) {
     agents.push_back(
         std::make_unique<Agent>(rank, stubs[rank % config.channels].get(),
@@ -775,6 +797,7 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
     }
   }
   const CpuSample cpu_end = CpuSample::Take();
+  const double agents_cpu = queues.CpuSeconds() - agents_cpu_start;
   result.threads = ProcessThreads();
   result.load_after = LoadAverage();
   server->Shutdown();
@@ -861,10 +884,15 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
     result.tasks_per_step = tasks / result.measured_steps;
   }
   result.steps_per_s = StepsPerSecond(delivered);
-  result.client_ms_per_step =
-      planned.empty()
-          ? 0
-          : 1e3 * queues.BusySeconds() / static_cast<double>(planned.size());
+  if (!planned.empty()) {
+    const double steps = static_cast<double>(planned.size());
+    result.client_ms_per_step = 1e3 * queues.BusySeconds() / steps;
+    result.agents_cpu_ms_per_step = 1e3 * agents_cpu / steps;
+    result.server_cpu_ms_per_step =
+        1e3 *
+        (cpu_end.process_seconds - cpu_start.process_seconds - agents_cpu) /
+        steps;
+  }
   return result;
 }
 
@@ -1016,15 +1044,19 @@ absl::Status Run() {
         r.fanout_cpu_p50_ms, r.tasks_per_step);
   }
   std::printf(
-      "\nload (client: CPU ms per step in the simulated agents' handlers; "
-      "cores: this process's CPU / wall)\n"
-      "agents  B/msg  client  proc cores  other cores  machine busy  "
-      "steal  threads  register s\n");
+      "\nload (ms per step: client = wall in the simulated agents' handlers, "
+      "agents cpu = CPU of their queue threads, server cpu = the rest of this "
+      "process: the scheduler and the gRPC threads both ends share; cores: "
+      "CPU / wall)\n"
+      "agents  B/msg  client  agents cpu  server cpu  proc cores  other cores  "
+      "machine busy  steal  threads  register s\n");
   for (const RowResult& r : rows) {
     if (!r.ran) continue;
     std::printf(
-        "%6d  %5.0f  %6.2f  %10.2f  %11.2f  %11.0f%%  %4.0f%%  %7d  %10.2f\n",
-        r.agents, r.bytes_per_message, r.client_ms_per_step, r.process_cores,
+        "%6d  %5.0f  %6.2f  %10.2f  %10.2f  %10.2f  %11.2f  %11.0f%%  %4.0f%%  "
+        "%7d  %10.2f\n",
+        r.agents, r.bytes_per_message, r.client_ms_per_step,
+        r.agents_cpu_ms_per_step, r.server_cpu_ms_per_step, r.process_cores,
         r.other_cores, 100 * r.machine_busy, 100 * r.machine_steal, r.threads,
         r.register_s);
   }
@@ -1075,6 +1107,10 @@ int main(int argc, char** argv) {
       "  plan_delivery_benchmark --agents=256,1024 [--steps=100] "
       "[--channels=8] [--client_threads=2] [--lookahead_steps=4]");
   absl::ParseCommandLine(argc, argv);
+  // As in the daemons: Debian's Abseil is built with the mutex deadlock
+  // detector on, which records every lock order in a global graph (a few %
+  // of the CPU here); tests keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::Status s = dcp::Run();
   if (!s.ok()) {
     std::fprintf(stderr, "plan_delivery_benchmark: %s\n", s.ToString().c_str());
