@@ -68,6 +68,7 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
     return bad("prior_weight must be positive and finite");
   }
   if (o.step_error_window < 1) return bad("step_error_window must be >= 1");
+  if (o.sync_window < 1) return bad("sync_window must be at least 1");
   if (!(o.max_task_seconds > 0)) return bad("max_task_seconds must be > 0");
   if (o.store_max_key_bytes <= 0 || o.store_max_value_bytes <= 0 ||
       o.store_max_keys <= 0 || o.store_max_total_bytes <= 0) {
@@ -241,9 +242,7 @@ void ControlPlane::FinishProfile(bool timed_out) {
     absl::MutexLock lock(&mu_);
     if (!observations_.empty()) {
       new_observations_ = 0;
-      pending = PendingRefit{std::vector<TaskObservation>(observations_.begin(),
-                                                          observations_.end()),
-                             model_version_};
+      pending = MakePendingRefit();
     }
   }
   std::optional<RefitEvent> refit;
@@ -625,6 +624,8 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
     // Accept.
     record.reported[rank] = true;
     record.rank_seconds[rank] = busy + report.sync_seconds();
+    record.max_busy = std::max(record.max_busy, busy);
+    record.sync_reported = record.sync_reported || report.sync_seconds() > 0;
     ++record.reports;
     RankState& state = ranks_[rank];
     state.last_reported_step =
@@ -659,6 +660,15 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
         while (static_cast<int>(step_errors_.size()) >
                options_.step_error_window) {
           step_errors_.pop_front();
+        }
+      }
+      // The step's sync: its time beyond the slowest rank's tasks (see the
+      // class comment).
+      if (record.sync_reported && measured > 0) {
+        syncs_.push_back(SyncObservation{
+            std::max(0.0, measured - record.max_busy), measured});
+        while (static_cast<int>(syncs_.size()) > options_.sync_window) {
+          syncs_.pop_front();
         }
       }
       AdvanceCompleted();
@@ -773,9 +783,18 @@ std::optional<ControlPlane::PendingRefit> ControlPlane::AddObservations(
     return std::nullopt;
   }
   new_observations_ = 0;
-  return PendingRefit{
-      std::vector<TaskObservation>(observations_.begin(), observations_.end()),
-      model_version_};
+  return MakePendingRefit();
+}
+
+ControlPlane::PendingRefit ControlPlane::MakePendingRefit() const {
+  PendingRefit pending;
+  pending.window.assign(observations_.begin(), observations_.end());
+  pending.version = model_version_;
+  pending.syncs.reserve(syncs_.size());
+  for (const SyncObservation& sync : syncs_) {
+    pending.syncs.push_back(sync.seconds);
+  }
+  return pending;
 }
 
 std::optional<RefitEvent> ControlPlane::Refit(PendingRefit pending) {
@@ -784,6 +803,11 @@ std::optional<RefitEvent> ControlPlane::Refit(PendingRefit pending) {
   // `initial_model_` is immutable, so no lock is needed for the fit.
   absl::StatusOr<CostModel> fitted =
       initial_model_.Fit(pending.window, options_.prior_weight);
+  // The task fit keeps the initial model's sync, so the sync is shrunk
+  // towards that prior too.
+  if (fitted.ok()) {
+    fitted = fitted->FitSync(pending.syncs, options_.prior_weight);
+  }
   if (!fitted.ok()) return std::nullopt;  // Validated input: cannot happen.
   RefitEvent event;
   event.observations = static_cast<int64_t>(pending.window.size());
@@ -802,6 +826,7 @@ std::optional<RefitEvent> ControlPlane::Refit(PendingRefit pending) {
   }
   event.refits = ++refits_;
   event.step_error = StepError();
+  event.sync_error = SyncError();
   refit_error_before_ = event.error_before;
   refit_error_after_ = event.error_after;
   return event;
@@ -824,6 +849,15 @@ double ControlPlane::StepError() const {
   double sum = 0;
   for (double e : step_errors_) sum += e;
   return sum / static_cast<double>(step_errors_.size());
+}
+
+double ControlPlane::SyncError() const {
+  if (syncs_.empty()) return 0;
+  double sum = 0;
+  for (const SyncObservation& sync : syncs_) {
+    sum += std::abs(model_.SyncSeconds() - sync.seconds) / sync.step_seconds;
+  }
+  return sum / static_cast<double>(syncs_.size());
 }
 
 v1::ReportAck ControlPlane::Ack() const {
@@ -971,6 +1005,7 @@ v1::StatusResponse ControlPlane::Status() const {
   coefficients["mem_token_recompute"] = c.mem_token_recompute;
   coefficients["mem_token_base"] = c.mem_token_base;
   out.set_step_error(StepError());
+  out.set_sync_error(SyncError());
   out.set_refit_error_before(refit_error_before_);
   out.set_refit_error_after(refit_error_after_);
   out.set_observations(static_cast<int64_t>(observations_.size()));

@@ -56,6 +56,10 @@ struct RefitEvent {
   /// Mean relative error of the predicted step times so far (0 when no step
   /// has completed).
   double step_error = 0;
+  /// The part of the step error the new model's gradient sync accounts for:
+  /// mean |grad_sync - measured sync| / measured step time over the steps
+  /// whose sync it learnt from (0 when none; see `ControlPlane`).
+  double sync_error = 0;
 };
 
 /// What the control plane tells its owner when the start-up profile ends.
@@ -126,6 +130,10 @@ struct ControlPlaneOptions {
   int profile_repetitions = 2;
   /// Completed steps whose predicted-vs-measured error is averaged.
   int step_error_window = 64;
+  /// Most recent completed steps whose measured gradient sync the refits
+  /// learn the sync term from (`CostModel::FitSync`, with `prior_weight`).
+  /// At least 1.
+  int sync_window = 64;
   /// Reported task (and sync) times above this are rejected as nonsense.
   double max_task_seconds = 24 * 3600.0;
   /// Rendezvous store limits.
@@ -202,6 +210,18 @@ struct StreamNext {
 /// task (from its first rank) joins a window; every `refit_every` new
 /// observations the cost model is refitted from the initial model with the
 /// window, and later plans use it.
+///
+/// The gradient sync is learnt with the same refits. A plan predicts its
+/// step as the planner's makespan plus the model's `grad_sync`; the step's
+/// measured time is its slowest rank's task seconds plus sync seconds.
+/// When the last rank reports a step, the measured time beyond the largest
+/// task-seconds total of a rank is the step's sync: the slowest rank enters
+/// the sync last and waits for nobody, so this is the sync itself, not the
+/// faster ranks' wait for it. It joins a window of `sync_window` steps
+/// that each refit passes to `CostModel::FitSync` after the task fit. A
+/// step where no rank reports a sync time (every `sync_seconds` 0, which
+/// proto3 cannot tell from "not measured": execute-mode agents have no
+/// gradient, client_lib does not time the sync) teaches nothing about it.
 ///
 /// Thread-safe: every method may be called from any thread. Only
 /// `WaitForStop`, `AwaitPlanned`, `PlanAvailableSteps` and the destructor
@@ -326,6 +346,10 @@ class ControlPlane {
     std::vector<bool> reported;
     std::vector<double> rank_seconds;
     int reports = 0;
+    /// The largest task-seconds total a rank reported, and whether a rank
+    /// reported a sync time (> 0): what the step's sync is learnt from.
+    double max_busy = 0;
+    bool sync_reported = false;
   };
   struct RankState {
     bool registered = false;
@@ -371,7 +395,16 @@ class ControlPlane {
   struct PendingRefit {
     std::vector<TaskObservation> window;
     int64_t version = 0;
+    /// The sync window's seconds.
+    std::vector<double> syncs;
   };
+  /// One completed step's measured sync and step time.
+  struct SyncObservation {
+    double seconds = 0;
+    double step_seconds = 0;
+  };
+  /// What a refit started now fits: both windows and the model version.
+  PendingRefit MakePendingRefit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Adds observations; when a refit is due, returns what to fit.
   std::optional<PendingRefit> AddObservations(
       std::vector<TaskObservation> observations)
@@ -397,6 +430,9 @@ class ControlPlane {
   double RelativeError(const TaskObservation& o) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double StepError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Mean |grad_sync of `model_` - measured sync| / measured step time over
+  /// the sync window (0 when empty).
+  double SyncError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Drops completed steps from the front of the window.
   void AdvanceCompleted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NextUnreported(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -455,6 +491,8 @@ class ControlPlane {
   double refit_error_after_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t timing_reports_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<double> step_errors_ ABSL_GUARDED_BY(mu_);
+  /// The last `sync_window` completed steps with a measured sync.
+  std::deque<SyncObservation> syncs_ ABSL_GUARDED_BY(mu_);
 
   /// The rendezvous store has its own lock: it is hot while groups form.
   mutable absl::Mutex store_mu_;

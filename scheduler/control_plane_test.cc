@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -73,12 +74,20 @@ class ControlPlaneTest : public ::testing::Test {
     for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(cp.Register(Hello(r)).ok());
   }
 
-  /// Rank `rank`'s timings of `view`'s step: the reference cluster's task
-  /// times scaled by `slowdown`.
-  static v1::TimingReport Report(const v1::RankStep& view,
-                                 double slowdown = 1.0) {
+  /// The reference cluster the reports' times come from.
+  static const ReferenceCluster& Cluster() {
     static const ReferenceCluster* cluster = new ReferenceCluster(
         ClusterSpec::H200(), *BuiltinModel("llama3-8b"), kWorld);
+    return *cluster;
+  }
+
+  /// Rank `rank`'s timings of `view`'s step: the reference cluster's task
+  /// times scaled by `slowdown`, and its gradient sync scaled by
+  /// `sync_slowdown` (by `slowdown` when unset).
+  static v1::TimingReport Report(
+      const v1::RankStep& view, double slowdown = 1.0,
+      std::optional<double> sync_slowdown = std::nullopt) {
+    const ReferenceCluster* cluster = &Cluster();
     v1::TimingReport report;
     report.set_epoch(view.epoch());
     report.set_step(view.step());
@@ -100,7 +109,8 @@ class ControlPlaneTest : public ::testing::Test {
       t->set_seconds(cluster->Cost(ranks, lengths, task.recompute()).total_s *
                      slowdown);
     }
-    report.set_sync_seconds(cluster->SyncSeconds() * slowdown);
+    report.set_sync_seconds(cluster->SyncSeconds() *
+                            sync_slowdown.value_or(slowdown));
     return report;
   }
 
@@ -461,6 +471,157 @@ TEST_F(ControlPlaneTest, RefitLearnsASlowerCluster) {
   EXPECT_GT(after.step_error(), 0);
   // Plans made with the refitted model predict the slower steps better.
   EXPECT_LT(step_errors.back(), 0.6 * step_errors.front());
+}
+
+TEST_F(ControlPlaneTest, RefitLearnsTheGradientSync) {
+  // Tasks take the reference cluster's times, which the data-sheet prior
+  // predicts exactly; only the gradient sync differs from the prior.
+  constexpr double kSyncSlowdown = 3.0;
+  constexpr int kSteps = 16;
+  ControlPlaneOptions o = Options();
+  o.step_error_window = o.lookahead_steps;  // The error of recent steps.
+  const double prior_weight = o.prior_weight;
+  const double prior_sync =
+      CostModel::FromSpecs(o.cluster, o.model, o.world_size).SyncSeconds();
+  const double reported_sync = Cluster().SyncSeconds() * kSyncSlowdown;
+  ASSERT_GT(std::abs(reported_sync - prior_sync), 0.1 * prior_sync);
+  std::unique_ptr<ControlPlane> cp;
+  // At each refit, the sync learnt from the steps completed so far (every
+  // one reported `reported_sync` on every rank): their median shrunk
+  // towards the prior.
+  int checked_refits = 0;
+  o.on_refit = [&](const RefitEvent& e) {
+    const v1::StatusResponse now = cp->Status();
+    const double k = static_cast<double>(now.completed_steps());
+    EXPECT_NEAR(
+        now.coefficients().at("grad_sync"),
+        (k * reported_sync + prior_weight * prior_sync) / (k + prior_weight),
+        1e-9 * prior_sync)
+        << "refit " << e.refits << " after " << k << " steps";
+    EXPECT_DOUBLE_EQ(e.sync_error, now.sync_error());
+    ++checked_refits;
+  };
+  cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  const v1::StatusResponse initial = cp->Status();
+  EXPECT_EQ(initial.coefficients().at("grad_sync"), prior_sync);
+  EXPECT_EQ(initial.sync_error(), 0);  // No step yet.
+
+  std::vector<double> step_errors;
+  std::vector<double> prior_sync_errors;  // The same plans, prior sync.
+  std::vector<double> measured_steps;
+  std::map<int64_t, double> planned_sync;  // grad_sync each step had.
+  std::optional<v1::StatusResponse> first_steps;
+  bool rejected_checked = false;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+    const v1::StatusResponse planned = cp->Status();
+    for (int64_t s = planned_sync.size(); s < planned.planned_steps(); ++s) {
+      planned_sync[s] = planned.coefficients().at("grad_sync");
+    }
+    const v1::StepPlan plan = *cp->PlannedStep(step);
+    std::vector<v1::TimingReport> reports;
+    double measured = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      reports.push_back(Report(RankView(plan, r), 1.0, kSyncSlowdown));
+      double busy = reports.back().sync_seconds();
+      for (const v1::TaskTiming& t : reports.back().tasks()) {
+        busy += t.seconds();
+      }
+      measured = std::max(measured, busy);
+    }
+    const double predicted = plan.predicted_makespan_s();
+    measured_steps.push_back(measured);
+    step_errors.push_back(std::abs(predicted - measured) / measured);
+    prior_sync_errors.push_back(
+        std::abs(predicted - planned_sync[step] + prior_sync - measured) /
+        measured);
+
+    for (int r = 0; r + 1 < kWorld; ++r) {
+      ASSERT_TRUE(cp->ReportTimings(reports[r]).ok()) << "step " << step;
+    }
+    if (!rejected_checked && cp->Status().refits() > 0) {
+      // The report that would complete the step (and add its sync), but
+      // with a sync time beyond the limit: rejected, and nothing changes.
+      const v1::StatusResponse before = cp->Status();
+      v1::TimingReport bad = reports.back();
+      bad.set_sync_seconds(2 * o.max_task_seconds);
+      const absl::Status s = cp->ReportTimings(bad).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(s.message(), HasSubstr("sync_seconds"));
+      bad = reports.back();
+      bad.mutable_tasks()->RemoveLast();
+      EXPECT_EQ(cp->ReportTimings(bad).status().code(),
+                absl::StatusCode::kInvalidArgument);
+      EXPECT_TRUE(MessageDifferencer::Equals(cp->Status(), before))
+          << cp->Status().DebugString() << "\nbefore\n"
+          << before.DebugString();
+      rejected_checked = true;
+    }
+    ASSERT_TRUE(cp->ReportTimings(reports.back()).ok()) << "step " << step;
+    if (step + 1 == o.step_error_window) first_steps = cp->Status();
+  }
+  EXPECT_TRUE(rejected_checked);
+  ASSERT_TRUE(first_steps.has_value());
+  // The first steps were planned before any refit, with the prior's sync.
+  for (int64_t s = 0; s < o.step_error_window; ++s) {
+    EXPECT_EQ(planned_sync[s], prior_sync) << "step " << s;
+  }
+
+  const v1::StatusResponse after = cp->Status();
+  EXPECT_GT(after.refits(), 0);
+  EXPECT_EQ(checked_refits, after.refits());
+  const double learnt = after.coefficients().at("grad_sync");
+  EXPECT_LT(std::abs(learnt - reported_sync),
+            0.5 * std::abs(prior_sync - reported_sync));
+  // The step error (over the last steps) fell with the refits.
+  EXPECT_GT(first_steps->step_error(), 0);
+  EXPECT_LT(after.step_error(), 0.5 * first_steps->step_error());
+  // The sync error is the learnt sync's error relative to each step's
+  // time, and less than the prior's on the same steps.
+  double learnt_sync_error = 0;
+  double prior_sync_error = 0;
+  for (double m : measured_steps) {
+    learnt_sync_error += std::abs(learnt - reported_sync) / m / kSteps;
+    prior_sync_error += std::abs(prior_sync - reported_sync) / m / kSteps;
+  }
+  EXPECT_NEAR(after.sync_error(), learnt_sync_error, 1e-9);
+  EXPECT_LT(after.sync_error(), 0.5 * prior_sync_error);
+  // Step by step: the last plan predicts its step better than its first
+  // and than the same plan would with the prior's sync.
+  EXPECT_LT(step_errors.back(), 0.5 * step_errors.front());
+  EXPECT_LT(step_errors.back(), 0.5 * prior_sync_errors.back());
+  // The task times matched the prior all along.
+  EXPECT_LT(after.model_error(), 1e-6);
+}
+
+TEST_F(ControlPlaneTest, StepsWithoutASyncTimeLeaveTheSyncAtThePrior) {
+  // Every rank reports a sync of 0 (proto3's "not measured"): the refits
+  // learn the tasks (1.5x slower) but keep the prior's sync.
+  ControlPlaneOptions o = Options();
+  const double prior_sync =
+      CostModel::FromSpecs(o.cluster, o.model, o.world_size).SyncSeconds();
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  for (int64_t step = 0; step < 6; ++step) {
+    ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+    const v1::StepPlan plan = *cp->PlannedStep(step);
+    for (int r = 0; r < kWorld; ++r) {
+      const v1::TimingReport report = Report(RankView(plan, r), 1.5, 0.0);
+      ASSERT_EQ(report.sync_seconds(), 0);
+      ASSERT_TRUE(cp->ReportTimings(report).ok());
+    }
+  }
+  const v1::StatusResponse after = cp->Status();
+  EXPECT_GT(after.refits(), 0);
+  EXPECT_GT(after.coefficients().at("lin"),
+            1.1 * CostModel::FromSpecs(o.cluster, o.model, o.world_size)
+                      .coefficients()
+                      .lin);
+  EXPECT_EQ(after.coefficients().at("grad_sync"), prior_sync);
+  EXPECT_EQ(after.sync_error(), 0);
 }
 
 TEST_F(ControlPlaneTest, ProfileReportsBecomeObservations) {

@@ -1,5 +1,6 @@
 #include "scheduler/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -214,6 +215,31 @@ absl::StatusOr<CostModel> CostModel::Fit(
     // A coefficient may shrink a lot but never turn negative.
     *out[j] = base[j] * std::max(0.05, 1.0 + atb[j]);
   }
+  return CostModel(c, model_, memory_cap_, gpus_per_node_);
+}
+
+absl::StatusOr<CostModel> CostModel::FitSync(
+    absl::Span<const double> sync_seconds, double prior_weight) const {
+  if (!(prior_weight > 0) || !std::isfinite(prior_weight)) {
+    return absl::InvalidArgumentError(
+        "prior_weight must be positive and finite");
+  }
+  for (size_t i = 0; i < sync_seconds.size(); ++i) {
+    if (!std::isfinite(sync_seconds[i]) || sync_seconds[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sync time ", i, ": ", sync_seconds[i], " is not finite and >= 0"));
+    }
+  }
+  if (sync_seconds.empty()) return *this;
+  std::vector<double> sorted(sync_seconds.begin(), sync_seconds.end());
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median =
+      n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  Coefficients c = c_;
+  c.grad_sync =
+      (static_cast<double>(n) * median + prior_weight * c_.grad_sync) /
+      (static_cast<double>(n) + prior_weight);
   return CostModel(c, model_, memory_cap_, gpus_per_node_);
 }
 

@@ -36,7 +36,8 @@ struct TaskObservation {
 /// `FromSpecs` derives the coefficients from hardware and model data sheets;
 /// `Fit` re-estimates the time coefficients by least squares from observed
 /// tasks (profiles or timings reported by agents), shrunk towards the current
-/// values so that few observations cannot derail it. A profile table (see
+/// values so that few observations cannot derail it; `FitSync` does the same
+/// for the gradient sync from measured sync times. A profile table (see
 /// `ParseProfileTable`) is just a set of observations.
 ///
 /// Value type; const methods are thread-safe.
@@ -95,10 +96,23 @@ class CostModel {
   /// scale (geometric mean of measured / predicted), then weighted ridge
   /// least squares of each coefficient towards the scaled ones; both are
   /// shrunk by `prior_weight` pseudo-observations. Half-token constants and
-  /// the gradient sync stay fixed. Returns the new model; INVALID_ARGUMENT
-  /// for observations that make no sense.
+  /// the gradient sync stay fixed (`FitSync` learns the latter). Returns the
+  /// new model; INVALID_ARGUMENT for observations that make no sense.
   absl::StatusOr<CostModel> Fit(absl::Span<const TaskObservation> observations,
                                 double prior_weight = 1.0) const;
+
+  /// Re-estimates the gradient sync (`grad_sync`, the constant a step's
+  /// predicted time adds after its last task) from measured sync times, one
+  /// per step: their median, shrunk towards the current value by
+  /// `prior_weight` (w) pseudo-observations,
+  ///   grad_sync = (n * median + w * grad_sync) / (n + w).
+  /// The median, not the mean, because a step's sync absorbs whatever
+  /// stalled it (a straggler, a pause): one such step must not move the term
+  /// by its whole excess. Everything else stays; no measurement returns the
+  /// model unchanged. INVALID_ARGUMENT for a negative or non-finite time or
+  /// a `prior_weight` that is not positive.
+  absl::StatusOr<CostModel> FitSync(absl::Span<const double> sync_seconds,
+                                    double prior_weight = 1.0) const;
 
   /// Mean relative error |predicted - measured| / measured over observations.
   double MeanRelativeError(

@@ -1,6 +1,8 @@
 #include "scheduler/cost_model.h"
 
+#include <limits>
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "scheduler/simulator.h"
@@ -131,6 +133,69 @@ TEST(CostModelTest, FitRejectsNonsense) {
   absl::StatusOr<CostModel> fitted = sheet.Fit({bad});
   EXPECT_EQ(fitted.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(fitted.status().message().find("observation 0"), std::string::npos);
+}
+
+TEST(CostModelTest, FitSyncShrinksTheMedianTowardsThePrior) {
+  CostModel sheet =
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
+  const double prior = sheet.SyncSeconds();
+  ASSERT_GT(prior, 0);
+  // Steps whose sync took three times the data sheet's, and one that
+  // stalled: the median ignores the stall, the prior weighs as one step.
+  const double measured = 3 * prior;
+  const std::vector<double> syncs = {measured, 1000 * prior, measured,
+                                     measured};
+  absl::StatusOr<CostModel> fitted = sheet.FitSync(syncs, /*prior_weight=*/1);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_DOUBLE_EQ(fitted->SyncSeconds(), (4 * measured + prior) / 5);
+  // Nothing else moves.
+  auto all_but_sync = [](const CostModel::Coefficients& c) {
+    return std::vector<double>{c.lin,
+                               c.gemm_half,
+                               c.attn,
+                               c.attn_half,
+                               c.a2a_byte_intra,
+                               c.a2a_fixed_intra,
+                               c.a2a_byte_inter,
+                               c.a2a_fixed_inter,
+                               c.fixed,
+                               c.mem_static,
+                               c.mem_token,
+                               c.mem_token_recompute,
+                               c.mem_token_base};
+  };
+  EXPECT_EQ(all_but_sync(fitted->coefficients()),
+            all_but_sync(sheet.coefficients()));
+  // An even count takes the middle pair's mean.
+  fitted = sheet.FitSync({prior, 2 * prior, 4 * prior, 8 * prior}, 1e-9);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_NEAR(fitted->SyncSeconds(), 3 * prior, 1e-6 * prior);
+  // A strong prior barely moves; no measurement moves nothing; zero is a
+  // measurement (a sync that took no time).
+  fitted = sheet.FitSync(syncs, /*prior_weight=*/1e6);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_NEAR(fitted->SyncSeconds(), prior, 1e-5 * prior);
+  fitted = sheet.FitSync({});
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_EQ(fitted->SyncSeconds(), prior);
+  fitted = sheet.FitSync({0.0, 0.0, 0.0}, /*prior_weight=*/1);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_DOUBLE_EQ(fitted->SyncSeconds(), prior / 4);
+}
+
+TEST(CostModelTest, FitSyncRejectsNonsense) {
+  CostModel sheet =
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
+  for (double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity()}) {
+    absl::StatusOr<CostModel> fitted = sheet.FitSync({0.5, bad});
+    EXPECT_EQ(fitted.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_NE(fitted.status().message().find("sync time 1"), std::string::npos)
+        << fitted.status();
+  }
+  EXPECT_EQ(sheet.FitSync({0.5}, /*prior_weight=*/0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ProfileTableTest, RoundTripsAndFits) {
