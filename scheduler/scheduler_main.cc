@@ -5,6 +5,10 @@
 //   dcp-scheduler --lengths=data/lengths/wikipedia.txt --model=llama3-8b
 //     --world_size=32 --window=131072 --tokens_per_step=2097152
 //     --listen=0.0.0.0:50051 --port_file=/tmp/dcp.port
+//     --metrics_listen=0.0.0.0:9464
+//
+// Prometheus metrics (dcp_scheduler_*, listed in README.md) are served on
+// http://<--metrics_listen>/metrics.
 //
 // SIGINT/SIGTERM drain and stop (the daemon exits once every plan stream has
 // ended); a second signal exits at once.
@@ -14,6 +18,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -21,12 +26,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "scheduler/cli_common.h"
 #include "scheduler/control_plane.h"
 #include "scheduler/cost_model.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_server.h"
 
 ABSL_FLAG(std::string, lengths, "", "Length metadata file (required).");
@@ -72,6 +80,16 @@ ABSL_FLAG(std::string, port_file, "",
           "Write the bound port to this file once serving (for scripts).");
 ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
           "Largest request the scheduler accepts, in bytes.");
+// The default port is Prometheus' registry entry for no exporter in
+// particular (the OpenTelemetry exporters' 9464); see the flag's help.
+constexpr char kDefaultMetricsListen[] = "0.0.0.0:9464";
+ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
+          "host:port serving Prometheus metrics on /metrics (IPv4 or "
+          "localhost; port 0 picks a free port; empty: no metrics). When the "
+          "default port is taken the scheduler warns and runs without "
+          "metrics; any other address that cannot be bound is an error.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "Write the bound metrics port to this file once serving.");
 ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
           "After a stop, how long to wait for plan streams to end.");
 
@@ -186,6 +204,35 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   return options;
 }
 
+/// Serves `registry` on --metrics_listen and writes --metrics_port_file;
+/// null when metrics are off (or the default port is taken).
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
+    MetricsRegistry* registry) {
+  const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+  MetricsHttpServerOptions options;
+  options.listen_address = listen;
+  options.registry = registry;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(options);
+  if (absl::IsUnavailable(server.status()) && listen == kDefaultMetricsListen) {
+    // Another scheduler (or exporter) on this host has the default port:
+    // run on without metrics rather than refuse to schedule.
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: warning: no metrics: %s (pass "
+                 "--metrics_listen=HOST:PORT, or empty to turn them off)\n",
+                 Now().c_str(), server.status().ToString().c_str());
+    return nullptr;
+  }
+  if (!server.ok()) return server.status();
+  std::fprintf(stderr, "%s dcp-scheduler: metrics on http://%s/metrics\n",
+               Now().c_str(), (*server)->address().c_str());
+  if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_metrics_port_file),
+                                        absl::StrCat((*server)->port(), "\n")));
+  }
+  return server;
+}
+
 absl::Status Run() {
   ASSIGN_OR_RETURN(SchedulerServerOptions options, OptionsFromFlags());
   const int64_t samples =
@@ -193,7 +240,21 @@ absl::Status Run() {
   const std::string model = options.control_plane.model.name;
   const int world = options.control_plane.world_size;
 
+  // Both outlive the server, whose callbacks and RPC hook they are.
+  MetricsRegistry registry;
+  std::unique_ptr<SchedulerMetrics> metrics;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    ASSIGN_OR_RETURN(metrics, SchedulerMetrics::Create(&registry));
+    metrics->Instrument(options);
+  }
+
   SignalWatcher::BlockSignals();
+  // Started first, so that a bad --metrics_listen fails before anything
+  // runs; its Status() families fill in once the server is up.
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (metrics != nullptr) {
+    ASSIGN_OR_RETURN(metrics_server, StartMetricsServer(&registry));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
                    SchedulerServer::Start(std::move(options)));
   std::fprintf(stderr,
@@ -202,6 +263,15 @@ absl::Status Run() {
                Now().c_str(), server->control_plane().session_id().c_str(),
                server->address().c_str(), model.c_str(), world,
                static_cast<long long>(samples));
+  if (metrics != nullptr) {
+    SchedulerServer* srv = server.get();
+    metrics->SetStatusSource([srv] { return srv->control_plane().Status(); });
+  }
+  // On every way out, stop serving before `server` goes: no scrape may read
+  // a control plane that is gone.
+  absl::Cleanup stop_metrics = [&metrics_server] {
+    if (metrics_server != nullptr) metrics_server->Shutdown();
+  };
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
                                         absl::StrCat(server->port(), "\n")));
@@ -245,7 +315,8 @@ int main(int argc, char** argv) {
       "  dcp-scheduler --lengths=FILE --model=NAME --world_size=N "
       "--window=TOKENS\n"
       "    --tokens_per_step=T --listen=HOST:PORT [--port_file=FILE] "
-      "[--max_steps=S]");
+      "[--max_steps=S]\n"
+      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
   absl::ParseCommandLine(argc, argv);
   absl::Status s = dcp::Run();
   if (!s.ok()) {

@@ -1,16 +1,73 @@
 #include "scheduler/scheduler_server.h"
 
 #include <chrono>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "scheduler/scheduler_service.h"
 
 namespace dcp {
+namespace {
+
+using RpcDoneCallback =
+    std::function<void(absl::string_view, absl::StatusCode)>;
+
+/// Reports the status a unary RPC ends with to `SchedulerServerOptions::
+/// on_rpc_done`; one per RPC.
+class RpcDoneInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RpcDoneInterceptor(std::string method, const RpcDoneCallback* on_done)
+      : method_(std::move(method)), on_done_(on_done) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      (*on_done_)(method_, static_cast<absl::StatusCode>(
+                               methods->GetSendStatus().error_code()));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+  const RpcDoneCallback* const on_done_;
+};
+
+class RpcDoneInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcDoneInterceptorFactory(const RpcDoneCallback* on_done)
+      : on_done_(on_done) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    // Streams are left alone: every message of an intercepted stream goes
+    // through the interceptor, and the plan streams are the hot path.
+    if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) {
+      return nullptr;
+    }
+    // "/dcp.v1.Scheduler/ReportTimings" -> "ReportTimings".
+    const absl::string_view full = info->method();
+    const size_t slash = full.rfind('/');
+    return new RpcDoneInterceptor(
+        std::string(slash == absl::string_view::npos ? full
+                                                     : full.substr(slash + 1)),
+        on_done_);
+  }
+
+ private:
+  const RpcDoneCallback* const on_done_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     SchedulerServerOptions options) {
@@ -45,6 +102,14 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                                    server->options_.keepalive)));
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  if (server->options_.on_rpc_done) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(std::make_unique<RpcDoneInterceptorFactory>(
+        &server->options_.on_rpc_done));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

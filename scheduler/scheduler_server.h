@@ -1,11 +1,14 @@
 #ifndef DCP_SCHEDULER_SCHEDULER_SERVER_H_
 #define DCP_SCHEDULER_SCHEDULER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "scheduler/control_plane.h"
@@ -37,6 +40,14 @@ struct SchedulerServerOptions {
   /// Server-side keepalive pings on idle connections, so a vanished agent's
   /// stream ends instead of lingering. Zero disables them.
   absl::Duration keepalive = absl::Seconds(30);
+  /// Called as each unary RPC ends (not StreamPlans: the plan streams, the
+  /// latency-critical path, stay uninstrumented), with the method's short
+  /// name (e.g. "ReportTimings") and the status code it ends with (gRPC's
+  /// codes are absl's), for metrics. Runs on gRPC threads: thread-safe,
+  /// quick, never blocking; whatever it uses must outlive the server.
+  /// Empty: nothing is intercepted.
+  std::function<void(absl::string_view method, absl::StatusCode code)>
+      on_rpc_done;
 };
 
 /// dcp-scheduler's server: a `ControlPlane` behind the `dcp.v1.Scheduler`

@@ -13,7 +13,10 @@
 #      streamed: one line per planned step (tokens, tasks, predicted
 #      seconds) and one per refit of its cost model (its error shrinking as
 #      the measured timings come in);
-#   3. prints `dcp-ctl status` at the end and where the logs are.
+#   3. prints `dcp-ctl status` at the end;
+#   4. reads the scheduler's Prometheus metrics (it serves them on
+#      127.0.0.1, on a free port, at /metrics while it runs), prints a few
+#      dcp_scheduler_* lines and saves them all, then where the logs are.
 #
 # The agents' CPU timings are hundreds of times the H200 data sheet's,
 # so the scheduler is told to trust them over its data-sheet prior
@@ -69,6 +72,7 @@ echo "   trace ${trace}, model ${model}, ${steps} steps, lengths / ${token_scale
   --max_steps="${steps}" --lookahead_steps=4 --refit_every=32 \
   --prior_weight=0.0001 \
   --listen=127.0.0.1:0 --port_file="${logs}/scheduler.port" \
+  --metrics_listen=127.0.0.1:0 --metrics_port_file="${logs}/metrics.port" \
   2>"${logs}/scheduler.log" &
 scheduler_pid=$!
 pids+=("${scheduler_pid}")
@@ -88,6 +92,9 @@ done
   exit 1
 }
 address="127.0.0.1:$(cat "${logs}/scheduler.port")"
+# Written before scheduler.port: the metrics server starts first.
+metrics_url="http://127.0.0.1:$(cat "${logs}/metrics.port")/metrics"
+echo "   scheduler metrics (Prometheus): ${metrics_url}"
 
 agent_pids=()
 for ((rank = 0; rank < world; ++rank)); do
@@ -120,6 +127,16 @@ grep -h "done after" "${logs}"/agent-*.err
 echo
 echo "== 3. dcp-ctl status =="
 "${bin}/scheduler/dcp-ctl" --scheduler="${address}" status
+
+echo
+echo "== 4. Prometheus metrics: ${metrics_url} =="
+if curl -sSf "${metrics_url}" >"${logs}/metrics.txt"; then
+  grep -E '^dcp_scheduler_(steps_planned_total|steps_completed_total|timing_reports_total|refits_total|cost_model_task_error_ratio|planning_seconds_(sum|count)|connected_agents) ' \
+    "${logs}/metrics.txt" || true
+  echo "   ($(grep -c '^# TYPE dcp_' "${logs}/metrics.txt") dcp_ metric families; all in ${logs}/metrics.txt)"
+else
+  echo "run_demo: could not read ${metrics_url}" >&2
+fi
 "${bin}/scheduler/dcp-ctl" --scheduler="${address}" stop >/dev/null
 failed=0
 wait "${scheduler_pid}" || failed=1
@@ -130,4 +147,5 @@ echo "logs in ${logs}:"
 echo "  scheduler.log       the scheduler's log (planned steps, refits)"
 echo "  agent-<rank>.jsonl  one JSON line per task a rank ran, one per step"
 echo "  agent-<rank>.err    each agent's own messages"
+echo "  metrics.txt         the scheduler's /metrics at the end (README.md, \"Metrics\")"
 exit "${failed}"

@@ -13,12 +13,15 @@ set -euo pipefail
 # nowhere else.
 declare -A PACKAGE_GROUPS=(
   # Bazel from Debian with the rule sets WORKSPACE points at, the C++
-  # toolchain, and the system libraries of third_party/system_library.bzl.
+  # toolchain, and the system libraries of third_party/system_library.bzl
+  # (civetweb serves /metrics). prometheus (promtool and the server) is what
+  # the metrics tests validate against; run_demo.sh reads /metrics with curl.
   [build]="bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib
            g++ pkg-config
            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
            libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
            nlohmann-json3-dev libgloo-dev
+           libcivetweb-dev prometheus curl
            git ca-certificates"
 )
 

@@ -17,6 +17,20 @@
 //          timings and appends one JSON line per task (and one per step) to
 //          --log_file; exits 0 when the job is drained.
 //
+// Both modes answer the scheduler's start-up profile (--profile_at_start):
+// the agent runs the model's Ulysses attention layer over the request's
+// grid itself, on the CPU over Gloo (TaskExecutor::RunProfile), before any
+// step arrives. That needs the model's shape: --model_config, else --model,
+// else the scheduler's model when it is built in. Execute mode cannot run
+// without it and fails at start-up; serve mode needs it only for the
+// profile, so it keeps serving and skips the profile with a warning (the
+// scheduler then plans without this rank's profile after its
+// --profile_timeout). A --model or --model_config that does not load fails
+// either mode at start-up.
+//
+// --metrics_listen=HOST:PORT serves Prometheus metrics (dcp_agent_*, listed
+// in README.md) on http://HOST:PORT/metrics; off by default.
+//
 // SIGINT/SIGTERM stop the agent (exit code 1: the job was not finished).
 
 #include <unistd.h>
@@ -27,16 +41,20 @@
 #include <memory>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "worker_agent/agent.h"
+#include "worker_agent/agent_metrics.h"
 #include "worker_agent/agent_service.h"
 #include "worker_agent/task_executor.h"
 
@@ -52,15 +70,17 @@ ABSL_FLAG(std::string, socket, "",
           "Unix-domain socket path of the serve mode (default "
           "/tmp/dcp-agent-<rank>.sock).");
 ABSL_FLAG(std::string, model, "",
-          "Built-in model the execute mode runs (default: the scheduler's, "
-          "when built in).");
+          "Built-in model the execute mode and the profile run (default: the "
+          "scheduler's, when built in).");
 ABSL_FLAG(std::string, model_config, "",
-          "Model config JSON the execute mode runs; overrides --model.");
+          "Model config JSON the execute mode and the profile run; overrides "
+          "--model.");
 ABSL_FLAG(int64_t, token_scale, 64,
-          "Execute mode: sequence lengths are divided by this (rounded up) "
-          "so that GPU-sized plans run fast on a CPU.");
+          "Execute mode and the profile: sequence lengths are divided by "
+          "this (rounded up) so that GPU-sized plans run fast on a CPU.");
 ABSL_FLAG(int, layers, 0,
-          "Execute mode: attention layers run per task (0: the model's).");
+          "Execute mode and the profile: attention layers run per task (0: "
+          "the model's).");
 ABSL_FLAG(std::string, log_file, "",
           "Execute mode: append one JSON line per task and per step here.");
 ABSL_FLAG(int64_t, max_steps, 0,
@@ -75,6 +95,11 @@ ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
 ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the scheduler at start-up.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving Prometheus metrics on /metrics (IPv4 or "
+          "localhost; port 0 picks a free port); empty: no metrics.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "Write the bound metrics port to this file once serving.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(10),
           "Execute mode: how long to wait for the next step.");
 
@@ -86,20 +111,36 @@ std::string Now() {
                           absl::LocalTimeZone());
 }
 
+/// The model the executor runs: --model_config, else --model, else the
+/// scheduler's model when it is built in.
 absl::StatusOr<ModelSpec> ModelToRun(const std::string& scheduler_model) {
   if (!absl::GetFlag(FLAGS_model_config).empty()) {
     return LoadModelConfig(absl::GetFlag(FLAGS_model_config));
   }
-  const std::string name = absl::GetFlag(FLAGS_model).empty()
-                               ? scheduler_model
-                               : absl::GetFlag(FLAGS_model);
-  absl::StatusOr<ModelSpec> model = BuiltinModel(name);
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    return BuiltinModel(absl::GetFlag(FLAGS_model));
+  }
+  absl::StatusOr<ModelSpec> model = BuiltinModel(scheduler_model);
   if (!model.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the execute mode needs the model's shape: the scheduler plans for '",
-        scheduler_model, "', which is not built in; pass --model_config"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "running the model (execute mode, profiles) needs its shape: the "
+        "scheduler plans for '",
+        scheduler_model,
+        "', which is not built in; pass --model_config=FILE (or --model)"));
   }
   return model;
+}
+
+/// Loads --model_config or --model when given, so that a bad one fails at
+/// start-up in either mode rather than at the first profile.
+absl::Status CheckModelFlags() {
+  if (!absl::GetFlag(FLAGS_model_config).empty()) {
+    return LoadModelConfig(absl::GetFlag(FLAGS_model_config)).status();
+  }
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    return BuiltinModel(absl::GetFlag(FLAGS_model)).status();
+  }
+  return absl::OkStatus();
 }
 
 /// The executor of the execute mode (and of its profile runs).
@@ -116,12 +157,24 @@ absl::StatusOr<std::unique_ptr<TaskExecutor>> MakeExecutor(const Agent& agent) {
   return TaskExecutor::Create(options);
 }
 
-/// Execute mode's answer to the scheduler's ProfileRequest: the executor's
-/// grid run (worker_agent/task_executor.h), on the agent's reader thread.
+/// Both modes' answer to the scheduler's ProfileRequest: the executor's
+/// grid run (worker_agent/task_executor.h), on the agent's reader thread,
+/// before any step arrives. Without the model's shape the profile is
+/// skipped with a warning (see the file comment).
 absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
                                        const v1::ProfileRequest& request,
                                        const GroupResolver& groups) {
-  ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor, MakeExecutor(agent));
+  absl::StatusOr<std::unique_ptr<TaskExecutor>> made = MakeExecutor(agent);
+  if (!made.ok()) {
+    std::fprintf(stderr,
+                 "%s dcp-agent rank %d: warning: not answering the "
+                 "scheduler's profile request: %s; the scheduler plans "
+                 "without this rank's profile after its --profile_timeout\n",
+                 Now().c_str(), agent.rank(),
+                 std::string(made.status().message()).c_str());
+    return made.status();
+  }
+  std::unique_ptr<TaskExecutor> executor = *std::move(made);
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::Profile> profile = executor->RunProfile(request, groups);
   if (profile.ok()) {
@@ -136,7 +189,9 @@ absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
   return profile;
 }
 
-absl::Status Execute(Agent& agent, const SignalWatcher& watcher) {
+/// `metrics` may be null (no --metrics_listen).
+absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
+                     AgentMetrics* metrics) {
   ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor, MakeExecutor(agent));
 
   std::ofstream log;
@@ -160,11 +215,15 @@ absl::Status Execute(Agent& agent, const SignalWatcher& watcher) {
     }
     if (next->drained) break;
     const v1::RankStep& step = next->step;
+    const absl::Time step_start = absl::Now();
     ASSIGN_OR_RETURN(
         StepExecution done,
         executor->RunStep(step, [&agent](const v1::CommGroup& group) {
           return agent.Group(group);
         }));
+    if (metrics != nullptr) {
+      metrics->OnStepExecuted(done, absl::Now() - step_start);
+    }
     if (log.is_open()) {
       log << FormatExecutionLog(step, done);
       log.flush();
@@ -213,6 +272,42 @@ absl::Status Serve(Agent& agent, const SignalWatcher& watcher) {
   return drained;
 }
 
+/// Writes `text` to `path` through a temporary file, so that a reader never
+/// sees it half written.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out.good()) {
+      return absl::UnavailableError(absl::StrCat("cannot write '", tmp, "'"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+/// Serves `registry` on --metrics_listen and writes --metrics_port_file.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
+    MetricsRegistry* registry, int rank) {
+  MetricsHttpServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.registry = registry;
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> server,
+                   MetricsHttpServer::Start(options));
+  std::fprintf(stderr, "%s dcp-agent rank %d: metrics on http://%s/metrics\n",
+               Now().c_str(), rank, server->address().c_str());
+  if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_metrics_port_file),
+                                        absl::StrCat(server->port(), "\n")));
+  }
+  return server;
+}
+
 absl::Status Run() {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "execute" && mode != "serve") {
@@ -222,6 +317,7 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_rank) < 0) {
     return absl::InvalidArgumentError("--rank is required (>= 0)");
   }
+  RETURN_IF_ERROR(CheckModelFlags());
   AgentOptions options;
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   options.rank = absl::GetFlag(FLAGS_rank);
@@ -236,12 +332,32 @@ absl::Status Run() {
   options.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
   options.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-  // Serve mode leaves profiling to the trainer's own runs (not wired yet):
-  // the scheduler then plans without this rank's profile after its timeout.
-  if (mode == "execute") options.run_profile = RunProfile;
+  // Both modes profile here, before the first step (serve mode before its
+  // trainer gets one).
+  options.run_profile = RunProfile;
 
   SignalWatcher::BlockSignals();
+  // Served from before the registration (which may wait for the scheduler),
+  // so Prometheus sees the agent up; the stats follow once it registered.
+  MetricsRegistry registry;
+  std::unique_ptr<AgentMetrics> metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    ASSIGN_OR_RETURN(metrics, AgentMetrics::Create(&registry));
+    ASSIGN_OR_RETURN(metrics_server,
+                     StartMetricsServer(&registry, options.rank));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Agent> agent, Agent::Start(options));
+  if (metrics != nullptr) {
+    metrics->SetStatsSource(
+        [a = agent.get()] { return a->Stats(); },
+        {agent->rank(), agent->registration().session_id(), mode});
+  }
+  // On every way out, stop serving before `agent` goes: no scrape may read
+  // an agent that is gone.
+  absl::Cleanup stop_metrics = [&metrics_server] {
+    if (metrics_server != nullptr) metrics_server->Shutdown();
+  };
   const v1::RegisterResponse& hello = agent->registration();
   std::fprintf(stderr,
                "%s dcp-agent rank %d: registered with %s (session %s, model "
@@ -257,7 +373,8 @@ absl::Status Run() {
                  Now().c_str(), a->rank(), signal);
     a->Shutdown();
   });
-  return mode == "serve" ? Serve(*agent, watcher) : Execute(*agent, watcher);
+  return mode == "serve" ? Serve(*agent, watcher)
+                         : Execute(*agent, watcher, metrics.get());
 }
 
 }  // namespace
@@ -269,7 +386,8 @@ int main(int argc, char** argv) {
       "  dcp-agent --scheduler=HOST:PORT --rank=R --world_size=N "
       "[--mode=execute|serve]\n"
       "    [--socket=PATH] [--model_config=FILE] [--token_scale=K] "
-      "[--log_file=FILE] [--max_steps=S]");
+      "[--log_file=FILE] [--max_steps=S]\n"
+      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = dcp::Run();
   if (!status.ok()) {
