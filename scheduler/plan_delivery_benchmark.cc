@@ -113,6 +113,9 @@ ABSL_FLAG(int, client_threads, 2,
           "Threads polling the agents' completion queues.");
 ABSL_FLAG(int64_t, tokens_per_rank, 65536,
           "Tokens per rank per step: tokens_per_step = agents * this.");
+ABSL_FLAG(bool, report_stream, true,
+          "Agents send their timing reports on one StreamReports stream each "
+          "(false: a ReportTimings call per step).");
 ABSL_FLAG(double, step_ms, 0,
           "Simulated compute per step: an agent reports a step this long "
           "after starting it, one step at a time (0 = report on receipt).");
@@ -329,12 +332,13 @@ class Handler {
 /// What every agent of a row shares. Thread-safe.
 struct AgentRun {
   AgentRun(int agents, int64_t max_steps, const CostModel& model,
-           int gpus_per_node, absl::Duration step_time)
+           int gpus_per_node, absl::Duration step_time, bool report_stream)
       : remaining(agents),
         max_steps(max_steps),
         model(model),
         gpus_per_node(gpus_per_node),
-        step_time(step_time) {}
+        step_time(step_time),
+        report_stream(report_stream) {}
 
   void AgentDone() {
     if (remaining.fetch_sub(1) == 1) all_done.Notify();
@@ -351,6 +355,7 @@ struct AgentRun {
   const CostModel model;
   const int gpus_per_node;
   const absl::Duration step_time;
+  const bool report_stream;
   std::atomic<int64_t> errors{0};
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> messages{0};
@@ -372,7 +377,12 @@ class Agent {
         started_tag_(this, &Agent::OnStarted),
         read_tag_(this, &Agent::OnRead),
         finished_tag_(this, &Agent::OnFinished),
-        alarm_tag_(this, &Agent::OnAlarm) {}
+        alarm_tag_(this, &Agent::OnAlarm),
+        reports_started_tag_(this, &Agent::OnReportsStarted),
+        report_written_tag_(this, &Agent::OnReportWritten),
+        result_read_tag_(this, &Agent::OnResultRead),
+        writes_done_tag_(this, &Agent::OnWritesDone),
+        reports_finished_tag_(this, &Agent::OnReportsFinished) {}
 
   /// Opens the plan stream; after this only the queue's thread touches the
   /// agent (until `AgentRun::all_done`).
@@ -383,10 +393,19 @@ class Agent {
     request.set_from_step(0);
     reader_ = stub_->PrepareAsyncStreamPlans(&stream_context_, request, cq_);
     reader_->StartCall(&started_tag_);
+    if (run_->report_stream) {
+      reports_ = stub_->PrepareAsyncStreamReports(&reports_context_, cq_);
+      reports_->StartCall(&reports_started_tag_);
+    } else {
+      reports_done_ = true;
+    }
   }
 
   /// Thread-safe.
-  void Cancel() { stream_context_.TryCancel(); }
+  void Cancel() {
+    stream_context_.TryCancel();
+    if (run_->report_stream) reports_context_.TryCancel();
+  }
 
   /// When each step arrived (InfinitePast: never). Read after all_done.
   const std::vector<absl::Time>& received() const { return received_; }
@@ -471,9 +490,75 @@ class Agent {
 
   void Report(const v1::RankStep& step);
 
+  // The report stream: one write in flight (the front of `to_write_`), one
+  // read of results always posted; half-closed once the plan stream ended
+  // and every result is in.
+  void OnReportsStarted(bool ok) {
+    if (!ok) {
+      reports_->Finish(&reports_status_, &reports_finished_tag_);
+      return;
+    }
+    reports_started_ = true;
+    reports_->Read(&result_, &result_read_tag_);
+    WriteNextReport();
+  }
+
+  void WriteNextReport() {
+    if (!reports_started_ || writing_ || to_write_.empty()) return;
+    writing_ = true;
+    reports_->Write(to_write_.front(), &report_written_tag_);
+  }
+
+  void OnReportWritten(bool ok) {
+    writing_ = false;
+    if (!ok) return;  // The read fails too and finishes the call.
+    to_write_.pop_front();
+    WriteNextReport();
+    MaybeDone();
+  }
+
+  void OnResultRead(bool ok) {
+    if (!ok) {
+      reports_->Finish(&reports_status_, &reports_finished_tag_);
+      return;
+    }
+    --reports_in_flight_;
+    if (result_.code() != 0) {
+      run_->Error(absl::StrCat("rank ", rank_, " step ", result_.step(),
+                               " StreamReports: ", result_.message()));
+    }
+    reports_->Read(&result_, &result_read_tag_);
+    MaybeDone();
+  }
+
+  void OnWritesDone(bool /*ok*/) {}
+
+  void OnReportsFinished(bool /*ok*/) {
+    reports_done_ = true;
+    // Reports without a result are lost with the call (an error below, or
+    // an OK end the server only gives after every result).
+    reports_in_flight_ = 0;
+    to_write_.clear();
+    if (!reports_status_.ok()) {
+      run_->Error(absl::StrCat("rank ", rank_, " report stream ended with ",
+                               reports_status_.error_code(), ": ",
+                               reports_status_.error_message()));
+    }
+    MaybeDone();
+  }
+
   void MaybeDone() {
     if (done_ || !stream_done_ || reports_in_flight_ > 0 || computing_ ||
         !pending_.empty()) {
+      return;
+    }
+    if (!reports_done_) {
+      // Every result is in: half-close; the server then ends the call.
+      if (reports_started_ && !writing_ && to_write_.empty() &&
+          !writes_done_) {
+        writes_done_ = true;
+        reports_->WritesDone(&writes_done_tag_);
+      }
       return;
     }
     done_ = true;
@@ -499,6 +584,23 @@ class Agent {
   bool computing_ = false;
   absl::Time step_end_ = absl::InfinitePast();
   std::deque<v1::RankStep> pending_;
+
+  grpc::ClientContext reports_context_;
+  std::unique_ptr<
+      grpc::ClientAsyncReaderWriter<v1::TimingReport, v1::ReportResult>>
+      reports_;
+  std::deque<v1::TimingReport> to_write_;
+  v1::ReportResult result_;
+  grpc::Status reports_status_;
+  Tag reports_started_tag_;
+  Tag report_written_tag_;
+  Tag result_read_tag_;
+  Tag writes_done_tag_;
+  Tag reports_finished_tag_;
+  bool reports_started_ = false;
+  bool writing_ = false;
+  bool writes_done_ = false;
+  bool reports_done_ = false;
 
   int reports_in_flight_ = 0;
   bool stream_done_ = false;
@@ -533,8 +635,15 @@ class ReportCall final : public Handler {
 };
 
 void Agent::Report(const v1::RankStep& step) {
-  auto* call = new ReportCall(this);
-  v1::TimingReport& report = call->request();
+  ReportCall* call = nullptr;
+  v1::TimingReport* out = nullptr;
+  if (run_->report_stream) {
+    out = &to_write_.emplace_back();
+  } else {
+    call = new ReportCall(this);
+    out = &call->request();
+  }
+  v1::TimingReport& report = *out;
   report.set_epoch(step.epoch());
   report.set_step(step.step());
   report.set_rank(rank_);
@@ -555,7 +664,11 @@ void Agent::Report(const v1::RankStep& step) {
                                       task.recompute())));
   }
   ++reports_in_flight_;
-  call->Start(stub_, cq_);
+  if (call != nullptr) {
+    call->Start(stub_, cq_);
+  } else {
+    WriteNextReport();
+  }
 }
 
 /// Drives completion queues on a fixed set of threads, recording how long
@@ -641,6 +754,7 @@ struct RowConfig {
   int client_threads = 0;
   int64_t tokens_per_rank = 0;
   absl::Duration step_time;
+  bool report_stream = true;
   int64_t window = 0;
   ModelSpec model;
   const std::vector<int32_t>* lengths = nullptr;
@@ -765,7 +879,8 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   }
   result.register_s = absl::ToDoubleSeconds(absl::Now() - register_start);
 
-  AgentRun run(n, max_steps, model, gpus_per_node, config.step_time);
+  AgentRun run(n, max_steps, model, gpus_per_node, config.step_time,
+               config.report_stream);
   QueueThreads queues(config.client_threads);
   std::vector<std::unique_ptr<Agent>> agents;
   agents.reserve(n);
@@ -962,6 +1077,7 @@ absl::Status Run() {
   config.client_threads = absl::GetFlag(FLAGS_client_threads);
   config.tokens_per_rank = absl::GetFlag(FLAGS_tokens_per_rank);
   config.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
+  config.report_stream = absl::GetFlag(FLAGS_report_stream);
   config.window = absl::GetFlag(FLAGS_window);
   if (config.steps < 2 || config.warmup_steps < 0 ||
       config.lookahead_steps < 1 || config.refit_every < 1 ||
@@ -988,12 +1104,13 @@ absl::Status Run() {
   std::printf(
       "plan delivery: %s, %s (%zu samples), %lld tokens/rank/step, window "
       "%lld, lookahead %d, refit every %d, %d channels, %d client threads, "
-      "fan-out threads %d (-1 auto), %s, %d CPUs\n",
+      "fan-out threads %d (-1 auto), reports on %s, %s, %d CPUs\n",
       config.model.name.c_str(), absl::GetFlag(FLAGS_lengths).c_str(),
       lengths.size(), static_cast<long long>(config.tokens_per_rank),
       static_cast<long long>(config.window), config.lookahead_steps,
       config.refit_every, config.channels, config.client_threads,
-      absl::GetFlag(FLAGS_fanout_threads), config.step_time > absl::ZeroDuration()
+      absl::GetFlag(FLAGS_fanout_threads),
+      config.report_stream ? "a stream" : "unary calls", config.step_time > absl::ZeroDuration()
           ? absl::StrFormat("agents compute %.0f ms a step",
                             absl::ToDoubleMilliseconds(config.step_time))
                 .c_str()

@@ -297,7 +297,8 @@ void SchedulerMetrics::OnRpcDone(absl::string_view method,
       c.ok()) {
     (*c)->Increment();
   }
-  if (method == "ReportTimings" && code != absl::StatusCode::kOk) {
+  const bool report = method == "ReportTimings" || method == "StreamReports";
+  if (report && code != absl::StatusCode::kOk) {
     if (absl::StatusOr<Counter*> c =
             rejected_reports_->WithLabels({code_label});
         c.ok()) {

@@ -326,6 +326,22 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
               grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
+    // The same report on a StreamReports stream: counted per report, as
+    // the server answers it (before the answer is written).
+    grpc::ClientContext context;
+    deadline(context);
+    auto stream = stub->StreamReports(&context);
+    v1::TimingReport report;
+    report.set_rank(9);
+    ASSERT_TRUE(stream->Write(report));
+    ASSERT_TRUE(stream->WritesDone());
+    v1::ReportResult result;
+    ASSERT_TRUE(stream->Read(&result));
+    EXPECT_EQ(result.code(), static_cast<int>(grpc::INVALID_ARGUMENT));
+    EXPECT_FALSE(stream->Read(&result));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  {
     grpc::ClientContext context;
     deadline(context);
     v1::StatusResponse status;
@@ -335,7 +351,11 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
   const std::vector<MetricFamilySnapshot> f = registry.Collect();
   EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_rejected_total",
                        {{"code", "INVALID_ARGUMENT"}}),
-            1.0);
+            2.0);
+  EXPECT_EQ(
+      FindSample(f, "dcp_scheduler_rpcs_total",
+                 {{"method", "StreamReports"}, {"code", "INVALID_ARGUMENT"}}),
+      1.0);
   EXPECT_EQ(
       FindSample(f, "dcp_scheduler_rpcs_total",
                  {{"method", "ReportTimings"}, {"code", "INVALID_ARGUMENT"}}),

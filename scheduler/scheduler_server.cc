@@ -67,6 +67,20 @@ class RpcDoneInterceptorFactory final
   const RpcDoneCallback* const on_done_;
 };
 
+/// The service's options: the fan-out pool, and the answers of report
+/// streams going to `on_rpc_done` as method "StreamReports".
+SchedulerServiceOptions ServiceOptions(const SchedulerServerOptions& options) {
+  SchedulerServiceOptions service;
+  service.fanout_threads = options.fanout_threads;
+  if (options.on_rpc_done) {
+    const RpcDoneCallback* on_done = &options.on_rpc_done;
+    service.on_stream_report = [on_done](absl::StatusCode code) {
+      (*on_done)("StreamReports", code);
+    };
+  }
+  return service;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
@@ -127,7 +141,7 @@ SchedulerServer::SchedulerServer(SchedulerServerOptions options,
       control_plane_(std::move(control_plane)),
       service_(std::make_unique<SchedulerService>(
           control_plane_.get(),
-          SchedulerServiceOptions{options_.fanout_threads})) {}
+          ServiceOptions(options_))) {}
 
 SchedulerServer::~SchedulerServer() { Shutdown(); }
 
@@ -147,8 +161,10 @@ void SchedulerServer::Shutdown() {
   absl::MutexLock lock(&shutdown_mu_);
   if (shut_down_) return;
   shut_down_ = true;
-  // Ends the plan streams first: gRPC's Shutdown waits for open calls.
+  // Ends the plan and report streams first: gRPC's Shutdown waits for open
+  // calls.
   control_plane_->Shutdown();
+  service_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(options_.shutdown_grace));

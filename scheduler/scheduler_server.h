@@ -43,7 +43,9 @@ struct SchedulerServerOptions {
   /// Called as each unary RPC ends (not StreamPlans: the plan streams, the
   /// latency-critical path, stay uninstrumented), with the method's short
   /// name (e.g. "ReportTimings") and the status code it ends with (gRPC's
-  /// codes are absl's), for metrics. Runs on gRPC threads: thread-safe,
+  /// codes are absl's), for metrics; also once per report answered on a
+  /// StreamReports stream, as "StreamReports" with the report's status.
+  /// Runs on gRPC threads: thread-safe,
   /// quick, never blocking; whatever it uses must outlive the server.
   /// Empty: nothing is intercepted.
   std::function<void(absl::string_view method, absl::StatusCode code)>

@@ -21,6 +21,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler_service.grpc.pb.h"
+#include "scheduler/plan_proto.h"
 #include "scheduler/simulator.h"
 #include "scheduler/test_data.h"
 
@@ -277,6 +278,53 @@ TEST_F(SchedulerServerTest, FanOutPoolsServeEveryStreamInOrder) {
   }
 }
 
+TEST_F(SchedulerServerTest, ReportStreamAnswersEveryReportInOrder) {
+  StartServer(Options());
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Register(r).ok());
+  ASSERT_TRUE(server_->control_plane().AwaitPlanned(2, absl::Seconds(10)));
+  auto view = [&](int64_t step, int rank) {
+    absl::StatusOr<v1::StepPlan> plan =
+        server_->control_plane().PlannedStep(step);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return RankView(*plan, rank);
+  };
+  v1::TimingReport unplanned = Timings(view(0, 0));
+  unplanned.set_step(99);
+
+  std::unique_ptr<v1::Scheduler::Stub> stub = Stub();
+  grpc::ClientContext context;
+  SetDeadline(context);
+  auto stream = stub->StreamReports(&context);
+  // Good, never planned, repeated, good: a rejected report does not end the
+  // stream, and the results come back in the order written.
+  for (const v1::TimingReport& report :
+       {Timings(view(0, 0)), unplanned, Timings(view(0, 0)),
+        Timings(view(1, 0))}) {
+    ASSERT_TRUE(stream->Write(report));
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  std::vector<v1::ReportResult> results;
+  v1::ReportResult result;
+  while (stream->Read(&result)) results.push_back(result);
+  const grpc::Status end = stream->Finish();
+  EXPECT_TRUE(end.ok()) << end.error_message();
+
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0].step(), 0);
+  EXPECT_EQ(results[0].code(), 0) << results[0].message();
+  EXPECT_EQ(results[1].step(), 99);
+  EXPECT_EQ(results[1].code(), static_cast<int>(grpc::INVALID_ARGUMENT));
+  EXPECT_THAT(results[1].message(), HasSubstr("99"));
+  EXPECT_EQ(results[2].code(), static_cast<int>(grpc::ALREADY_EXISTS));
+  EXPECT_EQ(results[3].step(), 1);
+  EXPECT_EQ(results[3].code(), 0) << results[3].message();
+  // Only the two good reports were taken.
+  const v1::StatusResponse status = Status();
+  EXPECT_EQ(status.timing_reports(), 2);
+  ASSERT_EQ(status.ranks_size(), kWorld);
+  EXPECT_EQ(status.ranks(0).last_reported_step(), 1);
+}
+
 TEST_F(SchedulerServerTest, UnaryCallsTranslateStatuses) {
   StartServer(Options());
   absl::StatusOr<v1::RegisterResponse> bad = Register(9);
@@ -465,7 +513,22 @@ TEST_F(SchedulerServerTest, StopDrainsThenWaitReturns) {
 }
 
 TEST_F(SchedulerServerTest, ShutdownEndsOpenStreamsQuickly) {
-  StartServer(Options());
+  SchedulerServerOptions o = Options();
+  // gRPC would wait this long for calls still open.
+  o.shutdown_grace = absl::Seconds(30);
+  StartServer(std::move(o));
+  // A report stream the agent keeps open (one report answered, so the
+  // call is surely up on the server).
+  std::unique_ptr<v1::Scheduler::Stub> report_stub = Stub();
+  grpc::ClientContext report_context;
+  SetDeadline(report_context);
+  auto reports = report_stub->StreamReports(&report_context);
+  v1::TimingReport bogus;
+  bogus.set_rank(99);
+  ASSERT_TRUE(reports->Write(bogus));
+  v1::ReportResult result;
+  ASSERT_TRUE(reports->Read(&result));
+  EXPECT_EQ(result.code(), static_cast<int>(grpc::INVALID_ARGUMENT));
   std::vector<AgentLog> logs(kWorld);
   std::vector<std::thread> agents;
   for (int r = 0; r < kWorld; ++r) {
@@ -486,6 +549,8 @@ TEST_F(SchedulerServerTest, ShutdownEndsOpenStreamsQuickly) {
     EXPECT_EQ(logs[r].steps, Steps(0, 1));
     EXPECT_EQ(logs[r].finish.error_code(), grpc::StatusCode::UNAVAILABLE);
   }
+  EXPECT_FALSE(reports->Read(&result));
+  EXPECT_EQ(reports->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
   server_->Wait();      // returns at once after a shutdown
   server_->Shutdown();  // idempotent
   EXPECT_EQ(Register(0).status().code(), absl::StatusCode::kUnavailable);

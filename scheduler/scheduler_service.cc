@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 
@@ -100,6 +102,18 @@ struct StreamLink {
   /// before it pumps), so wakes meanwhile are covered by that pump. Swapped
   /// with acq_rel so the pump sees what the wake's caller published.
   std::atomic<bool> queued{false};
+};
+
+namespace {
+class ReportStreamReactor;
+}  // namespace
+
+/// The open StreamReports calls, so that `SchedulerService::Shutdown` can
+/// end them (gRPC's own shutdown would wait for them until its deadline).
+struct ReportStreams {
+  absl::Mutex mu;
+  absl::flat_hash_set<ReportStreamReactor*> reactors ABSL_GUARDED_BY(mu);
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
 };
 
 namespace {
@@ -229,6 +243,158 @@ class PlanStreamReactor final
   v1::PlanUpdate current_ ABSL_GUARDED_BY(link_->mu);
 };
 
+/// One StreamReports call: reads reports one at a time, hands each to the
+/// control plane on the reading thread (as the unary handler would) and
+/// queues its result; writes results one at a time, in order. Reading pauses
+/// while `kMaxQueuedResults` results wait, so an agent that stops reading
+/// cannot make the scheduler buffer without bound. All state is under `mu_`:
+/// read and write reactions may run at once on different threads.
+class ReportStreamReactor final
+    : public grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult> {
+ public:
+  static constexpr size_t kMaxQueuedResults = 64;
+
+  /// Registers with `open` (the service's set), which `OnDone` leaves.
+  ReportStreamReactor(ControlPlane* control_plane,
+                      const std::function<void(absl::StatusCode)>* on_report,
+                      ReportStreams* open)
+      : control_plane_(control_plane), on_report_(on_report), open_(open) {
+    // Lock order: the set's lock, then a reactor's (`End`); never both here.
+    bool refused = false;
+    {
+      absl::MutexLock lock(&open_->mu);
+      refused = open_->shut_down;
+      open_->reactors.insert(this);
+    }
+    absl::MutexLock lock(&mu_);
+    if (refused) FinishLocked(ShuttingDown());
+    // Ended meanwhile by `End` (a shutdown), or refused: no reading.
+    if (finish_status_.has_value()) return;
+    read_in_flight_ = true;
+    StartRead(&report_);
+  }
+
+  /// Ends the call with UNAVAILABLE once the write in flight, if any, is
+  /// done (the scheduler is shutting down). Any thread.
+  void End() {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(ShuttingDown());
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    read_in_flight_ = false;
+    if (finish_status_.has_value()) return;
+    if (!ok) {
+      // The agent half-closed (or the call broke): finish once every
+      // result is written.
+      reads_done_ = true;
+      PumpLocked();
+      return;
+    }
+    const absl::StatusOr<v1::ReportAck> ack =
+        control_plane_->ReportTimings(report_);
+    if (*on_report_) (*on_report_)(ack.status().code());
+    v1::ReportResult& result = results_.emplace_back();
+    result.set_step(report_.step());
+    result.set_code(static_cast<int32_t>(ack.status().code()));
+    if (ack.ok()) {
+      *result.mutable_ack() = *ack;
+    } else {
+      result.set_message(std::string(ack.status().message()));
+    }
+    PumpLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    if (finish_status_.has_value()) {
+      // Finish was wanted while the write was in flight.
+      FinishNowLocked();
+      return;
+    }
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED,
+                                "the report stream broke (client gone)"));
+      return;
+    }
+    results_.pop_front();
+    PumpLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED,
+                              "the report stream was cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&open_->mu);
+      open_->reactors.erase(this);
+    }
+    delete this;
+  }
+
+ private:
+  static grpc::Status ShuttingDown() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the scheduler is shutting down; resend reports "
+                        "without an answer over ReportTimings");
+  }
+
+  /// Starts the next write and the next read when they are due, or
+  /// finishes after the last result of a half-closed stream.
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_status_.has_value()) return;
+    if (!write_in_flight_ && !results_.empty()) {
+      write_in_flight_ = true;
+      StartWrite(&results_.front());
+    }
+    if (!reads_done_ && !read_in_flight_ &&
+        results_.size() < kMaxQueuedResults) {
+      read_in_flight_ = true;
+      StartRead(&report_);
+    }
+    if (reads_done_ && !write_in_flight_ && results_.empty()) {
+      FinishLocked(grpc::Status::OK);
+    }
+  }
+
+  /// Finishes once, after the write in flight, if any, completes.
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_status_.has_value()) return;
+    finish_status_ = std::move(status);
+    if (!write_in_flight_) FinishNowLocked();
+  }
+
+  void FinishNowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(*finish_status_);
+  }
+
+  ControlPlane* const control_plane_;
+  /// The service's `on_stream_report` and set of open streams (they
+  /// outlive every call).
+  const std::function<void(absl::StatusCode)>* const on_report_;
+  ReportStreams* const open_;
+  absl::Mutex mu_;
+  /// The report being read; the control plane is done with it before the
+  /// next read starts.
+  v1::TimingReport report_ ABSL_GUARDED_BY(mu_);
+  /// Results not yet written; the front one is in flight when
+  /// `write_in_flight_` (a deque: the message must not move while written).
+  std::deque<v1::ReportResult> results_ ABSL_GUARDED_BY(mu_);
+  bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  /// Set once Finish is wanted; `finished_` once it was called.
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 int FanOutThreads(const SchedulerServiceOptions& options) {
   if (options.fanout_threads >= 0) return options.fanout_threads;
   // Auto: a pool only where it has cores to run on. On small hosts the pool
@@ -297,9 +463,20 @@ void StreamFanOut::Stop() {
 SchedulerService::SchedulerService(ControlPlane* control_plane,
                                    SchedulerServiceOptions options)
     : control_plane_(control_plane),
+      on_stream_report_(std::move(options.on_stream_report)),
+      report_streams_(std::make_unique<ReportStreams>()),
       fanout_(FanOutThreads(options) > 0
                   ? std::make_shared<StreamFanOut>(FanOutThreads(options))
                   : nullptr) {}
+
+void SchedulerService::Shutdown() {
+  absl::MutexLock lock(&report_streams_->mu);
+  report_streams_->shut_down = true;
+  // Under the set's lock: a reactor leaves it (OnDone) only after this.
+  for (ReportStreamReactor* reactor : report_streams_->reactors) {
+    reactor->End();
+  }
+}
 
 SchedulerService::~SchedulerService() {
   if (fanout_ != nullptr) fanout_->Stop();
@@ -321,6 +498,12 @@ grpc::ServerUnaryReactor* SchedulerService::ReportTimings(
     grpc::CallbackServerContext* context, const v1::TimingReport* request,
     v1::ReportAck* response) {
   return Reply(context, control_plane_->ReportTimings(*request), response);
+}
+
+grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>*
+SchedulerService::StreamReports(grpc::CallbackServerContext* /*context*/) {
+  return new ReportStreamReactor(control_plane_, &on_stream_report_,
+                                 report_streams_.get());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReportProfile(

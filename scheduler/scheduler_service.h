@@ -1,7 +1,10 @@
 #ifndef DCP_SCHEDULER_SCHEDULER_SERVICE_H_
 #define DCP_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include <functional>
 #include <memory>
+
+#include "absl/status/status.h"
 
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control_plane.h"
@@ -9,6 +12,7 @@
 namespace dcp {
 
 class StreamFanOut;
+struct ReportStreams;
 
 /// Configuration of a `SchedulerService`.
 struct SchedulerServiceOptions {
@@ -17,6 +21,10 @@ struct SchedulerServiceOptions {
   /// pumps its stream on the waking thread. -1 (auto): cores / 4, at most 8,
   /// on hosts with 8 cores or more, else no pool.
   int fanout_threads = -1;
+  /// Called with the status of every report answered on a StreamReports
+  /// stream, on a gRPC thread (metrics). Quick and non-blocking; may be
+  /// empty.
+  std::function<void(absl::StatusCode)> on_stream_report;
 };
 
 /// The gRPC face of a `ControlPlane` (callback API). It only translates:
@@ -52,6 +60,12 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   SchedulerService(const SchedulerService&) = delete;
   SchedulerService& operator=(const SchedulerService&) = delete;
 
+  /// Ends every open StreamReports call with UNAVAILABLE (after its write
+  /// in flight) and refuses new ones, so that the server's shutdown need
+  /// not wait for agents to close them. Plan streams end through
+  /// `ControlPlane::Shutdown`. Idempotent.
+  void Shutdown();
+
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
                                      v1::RegisterResponse* response) override;
@@ -61,6 +75,8 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* ReportTimings(grpc::CallbackServerContext* context,
                                           const v1::TimingReport* request,
                                           v1::ReportAck* response) override;
+  grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>* StreamReports(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ReportProfile(grpc::CallbackServerContext* context,
                                           const v1::ProfileReport* request,
                                           v1::ReportAck* response) override;
@@ -79,6 +95,8 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
 
  private:
   ControlPlane* const control_plane_;
+  const std::function<void(absl::StatusCode)> on_stream_report_;
+  const std::unique_ptr<ReportStreams> report_streams_;
   /// Shared with the wakes handed to the control plane, which may outlive
   /// the service; stopped by the destructor. Null without a pool.
   const std::shared_ptr<StreamFanOut> fanout_;

@@ -176,6 +176,8 @@ TEST(AgentTest, HandsOutStepsInOrderThenDrains) {
   EXPECT_EQ(stats.steps_received, 5);
   EXPECT_EQ(stats.steps_delivered, 5);
   EXPECT_EQ(stats.reports_sent, 10);
+  // All of them on the report stream: none needed a ReportTimings call.
+  EXPECT_EQ(stats.report_fallbacks, 0);
   EXPECT_EQ(stats.reconnects, 0);
   EXPECT_EQ(server->control_plane().Status().completed_steps(), 5);
 }
@@ -311,6 +313,9 @@ TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
   }
   EXPECT_THAT(steps, ElementsAre(0, 1, 2, 3, 4, 5));
   EXPECT_GE((*agent)->Stats().reconnects, 1);
+  // The first scheduler's report stream ended with it; every report still
+  // got through (on a new stream, or over ReportTimings).
+  EXPECT_EQ((*agent)->Stats().reports_sent, 6);
 }
 
 TEST(AgentTest, NewSchedulerSessionIsAnError) {

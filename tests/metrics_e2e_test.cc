@@ -400,7 +400,7 @@ TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
            "dcp_scheduler_planning_seconds_count",
            "dcp_scheduler_planned_tokens_total",
            "dcp_scheduler_cost_model_coefficient{coefficient=\"attn\"}",
-           "dcp_scheduler_rpcs_total{method=\"ReportTimings\",code=\"OK\"}",
+           "dcp_scheduler_rpcs_total{method=\"StreamReports\",code=\"OK\"}",
            "dcp_agent_steps_executed_total{rank=\"0\"}",
            "dcp_agent_steps_executed_total{rank=\"1\"}",
            "sum(dcp_agent_task_seconds_count)",

@@ -22,6 +22,7 @@
 #include "proto/scheduler_service.grpc.pb.h"
 #include "worker_agent/communicator_cache.h"
 #include "worker_agent/gloo_communicator.h"
+#include "worker_agent/report_stream.h"
 #include "worker_agent/scheduler_rendezvous_store.h"
 
 namespace dcp {
@@ -195,6 +196,9 @@ void Agent::Shutdown() {
     waiter_thread_.join();
   }
   if (cache_ != nullptr) cache_->AbortAll();
+  // Unanswered reports on the streams fail over to ReportTimings, which
+  // now refuses at once (shut down).
+  CloseReportStreams();
   // Report callbacks touch this agent; each ends by its RPC deadline.
   AsyncCalls& calls = *async_calls_;
   absl::MutexLock wait(&calls.mu);
@@ -629,12 +633,94 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
   return cache_->Get(key, group.rendezvous_prefix());
 }
 
+std::shared_ptr<ReportStream> Agent::CurrentReportStream() {
+  if (!options_.report_stream) return nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return nullptr;
+    if (!report_streams_.empty() && !report_streams_.back()->ended()) {
+      return report_streams_.back();
+    }
+  }
+  // Opened outside the lock: gRPC may run the call's reactions at once.
+  std::shared_ptr<ReportStream> opened = ReportStream::Open(stub_->stub.get());
+  absl::MutexLock lock(&mu_);
+  // Streams whose calls are over need no waiting for at shutdown.
+  report_streams_.erase(
+      std::remove_if(report_streams_.begin(), report_streams_.end(),
+                     [](const std::shared_ptr<ReportStream>& s) {
+                       return s->AwaitDone(absl::ZeroDuration());
+                     }),
+      report_streams_.end());
+  report_streams_.push_back(opened);
+  if (shutdown_) {
+    // Shutdown may have closed the others already: this one is never used.
+    opened->Cancel();
+    return nullptr;
+  }
+  return opened;
+}
+
+void Agent::CloseReportStreams() {
+  std::vector<std::shared_ptr<ReportStream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    streams = report_streams_;
+  }
+  // A half-close lets the scheduler answer what it read; then cancel.
+  for (const std::shared_ptr<ReportStream>& s : streams) s->Close();
+  for (const std::shared_ptr<ReportStream>& s : streams) {
+    if (!s->AwaitDone(options_.rpc_timeout)) {
+      s->Cancel();
+      s->AwaitDone(absl::InfiniteDuration());
+    }
+  }
+}
+
+std::optional<absl::Status> Agent::ReportOnStream(
+    const v1::TimingReport& report) {
+  std::shared_ptr<ReportStream> stream = CurrentReportStream();
+  if (stream == nullptr) return std::nullopt;
+  struct Answer {
+    absl::Notification done;
+    absl::Status status;
+  };
+  auto answer = std::make_shared<Answer>();
+  if (!stream->Send(report, [answer](absl::Status status) {
+        answer->status = std::move(status);
+        answer->done.Notify();
+      })) {
+    return std::nullopt;
+  }
+  if (!answer->done.WaitForNotificationWithTimeout(options_.rpc_timeout)) {
+    return std::nullopt;  // ReportTimings: ALREADY_EXISTS if it got there.
+  }
+  const absl::Status& status = answer->status;
+  if (status.ok() || absl::IsAlreadyExists(status)) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.reports_sent;
+    return absl::OkStatus();
+  }
+  if (absl::IsInvalidArgument(status)) {
+    return absl::Status(status.code(),
+                        absl::StrCat("reporting timings of step ",
+                                     report.step(), ": ", status.message()));
+  }
+  return std::nullopt;
+}
+
 absl::Status Agent::ReportTimings(const v1::TimingReport& report) {
   if (report.rank() != options_.rank) {
     return absl::InvalidArgumentError(
         absl::StrCat("agent of rank ", options_.rank,
                      " cannot send a report of rank ", report.rank()));
   }
+  if (std::optional<absl::Status> streamed = ReportOnStream(report);
+      streamed.has_value()) {
+    return *streamed;
+  }
+  // The stream could not deliver it: unary calls, with retries.
+  const bool fallback = options_.report_stream;
   absl::Duration backoff = options_.initial_backoff;
   absl::Status status;
   constexpr int kAttempts = 5;
@@ -656,6 +742,7 @@ absl::Status Agent::ReportTimings(const v1::TimingReport& report) {
     if (status.ok() || absl::IsAlreadyExists(status)) {
       absl::MutexLock lock(&mu_);
       ++stats_.reports_sent;
+      if (fallback) ++stats_.report_fallbacks;
       return absl::OkStatus();
     }
     if (absl::IsFailedPrecondition(status)) {
@@ -688,6 +775,46 @@ void Agent::ReportTimingsAsync(const v1::TimingReport& report,
                      " cannot send a report of rank ", report.rank())));
     return;
   }
+  std::shared_ptr<ReportStream> stream = CurrentReportStream();
+  if (stream != nullptr) {
+    {
+      absl::MutexLock count(&async_calls_->mu);
+      ++async_calls_->in_flight;
+    }
+    // Shared with the answer: `done` runs in exactly one place.
+    auto pending = std::make_shared<std::function<void(absl::Status)>>(done);
+    const bool sent = stream->Send(
+        report, [this, report, pending, calls = async_calls_](
+                    absl::Status status) {
+          if (status.ok() || absl::IsAlreadyExists(status)) {
+            {
+              absl::MutexLock lock(&mu_);
+              ++stats_.reports_sent;
+            }
+            (*pending)(absl::OkStatus());
+          } else if (absl::IsInvalidArgument(status)) {
+            (*pending)(absl::Status(
+                status.code(), absl::StrCat("reporting timings of step ",
+                                            report.step(), ": ",
+                                            status.message())));
+          } else {
+            // Not delivered (or a stale registration): one unary call.
+            ReportUnaryAsync(report, std::move(*pending));
+          }
+          // Last: once the count is zero the agent may be destroyed.
+          absl::MutexLock lock(&calls->mu);
+          --calls->in_flight;
+        });
+    if (sent) return;
+    absl::MutexLock count(&async_calls_->mu);
+    --async_calls_->in_flight;
+  }
+  ReportUnaryAsync(report, std::move(done));
+}
+
+void Agent::ReportUnaryAsync(const v1::TimingReport& report,
+                             std::function<void(absl::Status)> done) {
+  const bool fallback = options_.report_stream;
   struct Call {
     grpc::ClientContext context;
     v1::TimingReport report;
@@ -707,7 +834,7 @@ void Agent::ReportTimingsAsync(const v1::TimingReport& report,
   call->context.set_deadline(Deadline(options_.rpc_timeout));
   stub_->stub->async()->ReportTimings(
       &call->context, &call->report, &call->ack,
-      [this, call, calls = async_calls_,
+      [this, call, fallback, calls = async_calls_,
        done = std::move(done)](grpc::Status grpc_status) {
         absl::Status status = FromGrpcStatus(grpc_status);
         const bool accepted = status.ok() || absl::IsAlreadyExists(status);
@@ -719,7 +846,10 @@ void Agent::ReportTimingsAsync(const v1::TimingReport& report,
         }
         {
           absl::MutexLock lock(&mu_);
-          if (accepted) ++stats_.reports_sent;
+          if (accepted) {
+            ++stats_.reports_sent;
+            if (fallback) ++stats_.report_fallbacks;
+          }
         }
         done(accepted ? absl::OkStatus() : status);
         // Last: once the count is zero the agent may be destroyed.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -30,6 +31,7 @@ namespace dcp {
 
 class Agent;
 class CommunicatorCache;
+class ReportStream;
 
 /// The communicator of a group this rank belongs to (p > 1), owned by the
 /// agent.
@@ -72,8 +74,13 @@ struct AgentOptions {
   /// How long `Start` waits for the scheduler to answer the first Register
   /// (it may still be starting).
   absl::Duration connect_timeout = absl::Seconds(30);
-  /// Deadline of each unary RPC (Register, ReportTimings).
+  /// Deadline of each unary RPC (Register, ReportTimings), and how long a
+  /// report waits for its answer on the report stream.
   absl::Duration rpc_timeout = absl::Seconds(10);
+  /// Send timing reports on one StreamReports stream (a unary call a step
+  /// costs the scheduler several times more at scale); a report the stream
+  /// cannot deliver falls back to ReportTimings. False: unary calls only.
+  bool report_stream = true;
   /// After the plan stream breaks, how many reconnections in a row may fail
   /// before the agent gives up (NextStep then returns UNAVAILABLE). A
   /// reconnection that delivers a message resets the count.
@@ -121,8 +128,10 @@ struct AgentStats {
   int64_t stale_dropped = 0;
   /// Plan streams reopened after a break.
   int64_t reconnects = 0;
-  /// Timing reports the scheduler took.
+  /// Timing reports the scheduler took, and of those the ones it took over
+  /// a ReportTimings call after the report stream could not deliver them.
   int64_t reports_sent = 0;
+  int64_t report_fallbacks = 0;
   /// Profile requests run and reported, and those that failed (run or
   /// report).
   int64_t profiles_sent = 0;
@@ -270,6 +279,20 @@ class Agent {
   void HandleProfile(const v1::ProfileRequest& request);
   /// Sends a profile, retrying UNAVAILABLE / DEADLINE_EXCEEDED a few times.
   absl::Status SendProfile(const v1::ProfileReport& report);
+  /// The open report stream, opened now if there is none or it ended; null
+  /// after `Shutdown` or with `report_stream` off.
+  std::shared_ptr<ReportStream> CurrentReportStream() ABSL_LOCKS_EXCLUDED(mu_);
+  /// Sends `report` on the report stream and waits up to `rpc_timeout` for
+  /// its answer: OK (taken, or ALREADY_EXISTS), an INVALID_ARGUMENT
+  /// rejection, or nullopt when ReportTimings should take over (no stream,
+  /// the stream ended, no answer in time, any other answer).
+  std::optional<absl::Status> ReportOnStream(const v1::TimingReport& report);
+  /// One ReportTimings call without blocking (`ReportTimingsAsync` without
+  /// the stream).
+  void ReportUnaryAsync(const v1::TimingReport& report,
+                        std::function<void(absl::Status)> done);
+  /// Ends every report stream and waits until gRPC is done with them.
+  void CloseReportStreams() ABSL_LOCKS_EXCLUDED(mu_);
   void WaiterLoop();
 
   /// NextStep's answer for `after_step` if known now; drops stale steps.
@@ -310,6 +333,10 @@ class Agent {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   /// The open stream's context, to cancel it on shutdown.
   grpc::ClientContext* stream_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  /// Every report stream opened whose call may not be over yet, the
+  /// current one last.
+  std::vector<std::shared_ptr<ReportStream>> report_streams_
+      ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
   /// Bumped on every new waiter so the waiter thread re-reads deadlines.

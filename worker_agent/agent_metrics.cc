@@ -80,6 +80,11 @@ absl::Status AgentMetrics::Register() {
       AddStatsCounter("dcp_agent_timing_reports_sent_total",
                       "Timing reports the scheduler took.",
                       [](const AgentStats& s) { return s.reports_sent; }));
+  RETURN_IF_ERROR(AddStatsCounter(
+      "dcp_agent_timing_report_fallbacks_total",
+      "Timing reports the scheduler took over a ReportTimings call after "
+      "the report stream could not deliver them.",
+      [](const AgentStats& s) { return s.report_fallbacks; }));
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kCounter, "dcp_agent_profile_runs_total",
       "Profile requests run, by result (reported, or failed to run or "

@@ -29,6 +29,7 @@ AgentStats CannedStats() {
   s.stale_dropped = 1;
   s.reconnects = 2;
   s.reports_sent = 9;
+  s.report_fallbacks = 2;
   s.profiles_sent = 1;
   s.profile_failures = 0;
   s.cache_hits = 30;
@@ -91,6 +92,7 @@ TEST_F(AgentMetricsTest, ReadsTheStatsAtEveryScrape) {
   EXPECT_EQ(FindSample(f, "dcp_agent_stale_steps_dropped_total"), 1.0);
   EXPECT_EQ(FindSample(f, "dcp_agent_reconnects_total"), 2.0);
   EXPECT_EQ(FindSample(f, "dcp_agent_timing_reports_sent_total"), 9.0);
+  EXPECT_EQ(FindSample(f, "dcp_agent_timing_report_fallbacks_total"), 2.0);
   EXPECT_EQ(
       FindSample(f, "dcp_agent_profile_runs_total", {{"result", "reported"}}),
       1.0);
