@@ -139,7 +139,8 @@ absl::StatusOr<Step> Client::NextStep() {
 }
 
 absl::Status Client::ReportStep(const Step& step,
-                                const std::vector<double>& task_seconds) {
+                                const std::vector<double>& task_seconds,
+                                double sync_seconds) {
   if (step.drained) {
     return absl::InvalidArgumentError("a drained step has nothing to report");
   }
@@ -148,10 +149,16 @@ absl::Status Client::ReportStep(const Step& step,
         absl::StrCat("step ", step.step, " has ", step.tasks.size(),
                      " tasks but ", task_seconds.size(), " times were given"));
   }
+  if (!(sync_seconds >= 0) || !std::isfinite(sync_seconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step.step, ": sync time ", sync_seconds,
+                     " is not a non-negative number of seconds"));
+  }
   v1::TimingReport report;
   report.set_epoch(step.epoch);
   report.set_step(step.step);
   report.set_rank(rank());
+  report.set_sync_seconds(sync_seconds);
   for (size_t i = 0; i < step.tasks.size(); ++i) {
     const StepTask& task = step.tasks[i];
     if (!(task_seconds[i] > 0) || !std::isfinite(task_seconds[i])) {

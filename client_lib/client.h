@@ -99,8 +99,8 @@ struct Step {
 ///     for (const StepTask& task : step.tasks) {
 ///       seconds.push_back(RunForwardBackward(task));  // uses task.group
 ///     }
-///     SyncGradients();
-///     RETURN_IF_ERROR(client->ReportStep(step, seconds));
+///     const double sync = SyncGradients();  // seconds, if timed
+///     RETURN_IF_ERROR(client->ReportStep(step, seconds, sync));
 ///   }
 ///
 /// Thread-compatible: one training loop calls it. The client owns its
@@ -125,10 +125,13 @@ class Client {
   absl::StatusOr<Step> NextStep();
 
   /// Reports the measured seconds of each of `step`'s tasks, in the order of
-  /// `step.tasks` (one entry each, positive). INVALID_ARGUMENT when the
-  /// sizes differ or a time is not positive.
+  /// `step.tasks` (one entry each, positive), and of the gradient sync that
+  /// closed the step (0: not measured; the scheduler then learns nothing
+  /// about the sync from this step). INVALID_ARGUMENT when the sizes differ,
+  /// a task time is not positive or the sync time is negative.
   absl::Status ReportStep(const Step& step,
-                          const std::vector<double>& task_seconds);
+                          const std::vector<double>& task_seconds,
+                          double sync_seconds = 0);
 
   /// This client's global rank.
   int rank() const;

@@ -221,7 +221,8 @@ struct StreamNext {
 /// that each refit passes to `CostModel::FitSync` after the task fit. A
 /// step where no rank reports a sync time (every `sync_seconds` 0, which
 /// proto3 cannot tell from "not measured": execute-mode agents have no
-/// gradient, client_lib does not time the sync) teaches nothing about it.
+/// gradient; client_lib reports 0 unless the trainer passes its sync time)
+/// teaches nothing about it.
 ///
 /// Thread-safe: every method may be called from any thread. Only
 /// `WaitForStop`, `AwaitPlanned`, `PlanAvailableSteps` and the destructor

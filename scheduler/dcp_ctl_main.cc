@@ -48,10 +48,11 @@ std::string FormatStatus(const v1::StatusResponse& s) {
       s.stopping() ? "   stopping" : "");
   absl::StrAppendFormat(
       &out,
-      "model   task error %s (last refit %s -> %s)   step error %s   "
-      "refits %d   timing reports %d   observations %d\n",
+      "model   task error %s (last refit %s -> %s)   step error %s (sync "
+      "%s)   refits %d   timing reports %d   observations %d\n",
       Percent(s.model_error()), Percent(s.refit_error_before()),
-      Percent(s.refit_error_after()), Percent(s.step_error()), s.refits(),
+      Percent(s.refit_error_after()), Percent(s.step_error()),
+      Percent(s.sync_error()), s.refits(),
       s.timing_reports(), s.observations());
   if (!s.planner_error().empty()) {
     absl::StrAppendFormat(&out, "PLANNER ERROR: %s\n", s.planner_error());

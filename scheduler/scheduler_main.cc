@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
@@ -71,6 +72,13 @@ ABSL_FLAG(int, refit_every, 64,
           "Refit the cost model after this many new task observations.");
 ABSL_FLAG(int, observation_window, 512,
           "Most recent task observations a refit uses.");
+ABSL_FLAG(int, sync_window, 64,
+          "Most recent completed steps whose measured gradient sync the "
+          "refits learn the sync term from.");
+ABSL_FLAG(int, fanout_threads, -1,
+          "Threads that write woken plan streams off the planner thread: -1 "
+          "auto (cores / 4, at most 8, on hosts with 8+ cores; else none), 0 "
+          "none, N threads.");
 ABSL_FLAG(double, prior_weight, 1.0,
           "Pseudo-observations pulling each coefficient towards the initial "
           "model in a refit.");
@@ -115,10 +123,10 @@ void LogStep(const PlannedStepEvent& e) {
 void LogRefit(const RefitEvent& e) {
   std::fprintf(stderr,
                "%s refit %lld over %lld observations: task error %.1f%% -> "
-               "%.1f%%, step error %.1f%%\n",
+               "%.1f%%, step error %.1f%% (sync %.1f%%)\n",
                Now().c_str(), static_cast<long long>(e.refits),
                static_cast<long long>(e.observations), 100 * e.error_before,
-               100 * e.error_after, 100 * e.step_error);
+               100 * e.error_after, 100 * e.step_error, 100 * e.sync_error);
 }
 
 void LogProfileDone(const ProfileDoneEvent& e) {
@@ -165,6 +173,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   SchedulerServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.stop_grace = absl::GetFlag(FLAGS_stop_grace);
+  options.fanout_threads = absl::GetFlag(FLAGS_fanout_threads);
   ControlPlaneOptions& cp = options.control_plane;
   ASSIGN_OR_RETURN(
       cp.model,
@@ -181,6 +190,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.refit_every = absl::GetFlag(FLAGS_refit_every);
   cp.observation_window = absl::GetFlag(FLAGS_observation_window);
   cp.prior_weight = absl::GetFlag(FLAGS_prior_weight);
+  cp.sync_window = absl::GetFlag(FLAGS_sync_window);
   cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   cp.profile_at_start = absl::GetFlag(FLAGS_profile_at_start);
   cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);
@@ -318,6 +328,10 @@ int main(int argc, char** argv) {
       "[--max_steps=S]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with the mutex deadlock detector on: it
+  // records every lock order in a global graph, a few % of the scheduler's
+  // CPU at a thousand agents. The tests keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::Status s = dcp::Run();
   if (!s.ok()) {
     std::fprintf(stderr, "dcp-scheduler: %s\n", s.ToString().c_str());

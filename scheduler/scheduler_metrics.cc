@@ -210,6 +210,12 @@ absl::Status SchedulerMetrics::Register() {
       "Mean relative error of the predicted step times against the "
       "measured ones over the recent completed steps.",
       [](const v1::StatusResponse& s) { return s.step_error(); }));
+  RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_cost_model_sync_error_ratio",
+      "The part of the step error the gradient-sync term accounts for: mean "
+      "|predicted - measured sync| / measured step time over the recent "
+      "completed steps with a reported sync.",
+      [](const v1::StatusResponse& s) { return s.sync_error(); }));
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kGauge, "dcp_scheduler_last_refit_task_error_ratio",
       "Task error on the refit window at the last refit, of the model before "

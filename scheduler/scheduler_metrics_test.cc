@@ -46,6 +46,7 @@ v1::StatusResponse CannedStatus() {
   s.set_timing_reports(29);
   s.set_refits(3);
   s.set_step_error(0.125);
+  s.set_sync_error(0.0625);
   s.set_refit_error_before(0.5);
   s.set_refit_error_after(0.2);
   s.set_observations(120);
@@ -132,6 +133,8 @@ TEST_F(SchedulerMetricsTest, ReadsTheStatusAtEveryScrape) {
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_observations"), 120.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_task_error_ratio"), 0.25);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_step_error_ratio"), 0.125);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_sync_error_ratio"),
+            0.0625);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_last_refit_task_error_ratio",
                        {{"fit", "before"}}),
             0.5);

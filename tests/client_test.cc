@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -236,9 +237,19 @@ TEST(ClientTest, ReportStepChecksItsInput) {
                              std::vector<double>(steps[0]->tasks.size(), 0.0))
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  for (double bad_sync : {-1.0, std::nan(""), HUGE_VAL}) {
+    EXPECT_EQ(clients[0]
+                  ->ReportStep(*steps[0],
+                               std::vector<double>(steps[0]->tasks.size(), 0.5),
+                               bad_sync)
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad_sync;
+  }
   EXPECT_TRUE(clients[0]
                   ->ReportStep(*steps[0],
-                               std::vector<double>(steps[0]->tasks.size(), 0.5))
+                               std::vector<double>(steps[0]->tasks.size(), 0.5),
+                               /*sync_seconds=*/0.25)
                   .ok());
 }
 

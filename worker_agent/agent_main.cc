@@ -46,6 +46,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
@@ -95,6 +96,9 @@ ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
 ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the scheduler at start-up.");
+ABSL_FLAG(bool, report_stream, true,
+          "Send timing reports on one StreamReports stream (false: a "
+          "ReportTimings call per step).");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port serving Prometheus metrics on /metrics (IPv4 or "
           "localhost; port 0 picks a free port); empty: no metrics.");
@@ -321,6 +325,7 @@ absl::Status Run() {
   AgentOptions options;
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   options.rank = absl::GetFlag(FLAGS_rank);
+  options.report_stream = absl::GetFlag(FLAGS_report_stream);
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.host = absl::GetFlag(FLAGS_host);
   if (options.host.empty()) {
@@ -389,6 +394,9 @@ int main(int argc, char** argv) {
       "[--log_file=FILE] [--max_steps=S]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
   absl::ParseCommandLine(argc, argv);
+  // As in dcp-scheduler: Debian's Abseil has the mutex deadlock detector
+  // on; the tests keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::Status status = dcp::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "dcp-agent rank %d: %s\n", absl::GetFlag(FLAGS_rank),
