@@ -782,6 +782,11 @@ std::optional<ControlPlane::PendingRefit> ControlPlane::AddObservations(
   if (new_observations_ < options_.refit_every || observations_.empty()) {
     return std::nullopt;
   }
+  // At most one refit per completed step: at a thousand ranks a step brings
+  // thousands of observations, and a refit per `refit_every` of them would
+  // fit dozens of times a step to change the plans of the next one once.
+  if (completed_steps_ == refit_completed_steps_) return std::nullopt;
+  refit_completed_steps_ = completed_steps_;
   new_observations_ = 0;
   return MakePendingRefit();
 }

@@ -107,7 +107,9 @@ struct ControlPlaneOptions {
   /// `CostModel::FromSpecs(cluster, model, world_size)`. It is also the
   /// prior every refit shrinks towards.
   std::optional<CostModel> cost_model;
-  /// Refit the cost model after this many new task observations. At least 1.
+  /// Refit the cost model after this many new task observations, at most
+  /// once per completed step (the first refit may come before any step
+  /// completes). At least 1.
   int refit_every = 64;
   /// Most recent task observations kept for refits. At least 1.
   int observation_window = 512;
@@ -208,8 +210,9 @@ struct StreamNext {
 /// Timing reports are validated in full before any state changes: a
 /// rejected report leaves everything as it was. One `TaskObservation` per
 /// task (from its first rank) joins a window; every `refit_every` new
-/// observations the cost model is refitted from the initial model with the
-/// window, and later plans use it.
+/// observations, but no more than once per completed step, the cost model
+/// is refitted from the initial model with the window, and later plans use
+/// it.
 ///
 /// The gradient sync is learnt with the same refits. A plan predicts its
 /// step as the planner's makespan plus the model's `grad_sync`; the step's
@@ -487,6 +490,9 @@ class ControlPlane {
   std::deque<double> observation_errors_ ABSL_GUARDED_BY(mu_);
   double observation_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t new_observations_ ABSL_GUARDED_BY(mu_) = 0;
+  /// `completed_steps_` when the last refit was started from
+  /// `AddObservations` (-1 before any).
+  int64_t refit_completed_steps_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t refits_ ABSL_GUARDED_BY(mu_) = 0;
   double refit_error_before_ ABSL_GUARDED_BY(mu_) = 0;
   double refit_error_after_ ABSL_GUARDED_BY(mu_) = 0;

@@ -473,6 +473,34 @@ TEST_F(ControlPlaneTest, RefitLearnsASlowerCluster) {
   EXPECT_LT(step_errors.back(), 0.6 * step_errors.front());
 }
 
+TEST_F(ControlPlaneTest, RefitsAtMostOncePerCompletedStep) {
+  // A refit due after every observation: each step brings several, but the
+  // model is refitted once per completed step (plus, at most, once before
+  // the first step completes).
+  ControlPlaneOptions o = Options();
+  o.refit_every = 1;
+  std::vector<RefitEvent> refits;
+  o.on_refit = [&](const RefitEvent& e) { refits.push_back(e); };
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  constexpr int kSteps = 5;
+  int64_t tasks = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+    tasks += cp->PlannedStep(step)->tasks_size();
+    const int64_t before = static_cast<int64_t>(refits.size());
+    ReportStep(*cp, step);
+    EXPECT_LE(static_cast<int64_t>(refits.size()) - before,
+              step == 0 ? 2 : 1)
+        << "step " << step;
+  }
+  EXPECT_GT(tasks, 2 * kSteps);  // Several observations a step.
+  EXPECT_GE(static_cast<int64_t>(refits.size()), kSteps);
+  EXPECT_LE(static_cast<int64_t>(refits.size()), kSteps + 1);
+  EXPECT_EQ(cp->Status().refits(), static_cast<int64_t>(refits.size()));
+}
+
 TEST_F(ControlPlaneTest, RefitLearnsTheGradientSync) {
   // Tasks take the reference cluster's times, which the data-sheet prior
   // predicts exactly; only the gradient sync differs from the prior.
