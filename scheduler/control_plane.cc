@@ -219,7 +219,14 @@ ControlPlane::StepRecord ControlPlane::MakeRecord(const StepPlan& plan,
     group.set_rendezvous_prefix(absl::StrCat(
         session_id_, "/e", epoch, "/g", absl::StrJoin(group.ranks(), "-")));
   }
-  record.views = AllRankViews(record.plan, options_.world_size);
+  std::vector<v1::RankStep> views =
+      AllRankViews(record.plan, options_.world_size);
+  record.updates.reserve(views.size());
+  for (v1::RankStep& view : views) {
+    auto update = std::make_shared<v1::PlanUpdate>();
+    update->mutable_step()->Swap(&view);
+    record.updates.push_back(std::move(update));
+  }
   record.reported.assign(options_.world_size, false);
   record.rank_seconds.assign(options_.world_size, 0.0);
   return record;
@@ -497,7 +504,9 @@ StreamNext ControlPlane::NextForStream(int64_t stream_id) {
   if (profile_pending_ && !stream.profile_sent &&
       !profile_answered_[stream.rank]) {
     next.kind = StreamNext::Kind::kSend;
-    *next.update.mutable_profile() = profile_request_;
+    auto update = std::make_shared<v1::PlanUpdate>();
+    *update->mutable_profile() = profile_request_;
+    next.update = std::move(update);
     stream.profile_sent = true;
     ranks_[stream.rank].last_seen = clock_->Now();
     return next;
@@ -505,8 +514,7 @@ StreamNext ControlPlane::NextForStream(int64_t stream_id) {
   const int64_t step = std::max(stream.cursor, completed_steps_);
   if (step < planned_steps_) {
     next.kind = StreamNext::Kind::kSend;
-    *next.update.mutable_step() =
-        window_[step - completed_steps_].views[stream.rank];
+    next.update = window_[step - completed_steps_].updates[stream.rank];
     stream.cursor = step + 1;
     RankState& rank = ranks_[stream.rank];
     rank.last_sent_step = std::max(rank.last_sent_step, step);
@@ -515,7 +523,9 @@ StreamNext ControlPlane::NextForStream(int64_t stream_id) {
   }
   if (draining_) {
     next.kind = StreamNext::Kind::kSend;
-    next.update.mutable_drain()->set_last_step(planned_steps_ - 1);
+    auto update = std::make_shared<v1::PlanUpdate>();
+    update->mutable_drain()->set_last_step(planned_steps_ - 1);
+    next.update = std::move(update);
     stream.drain_sent = true;
     return next;
   }
@@ -615,7 +625,7 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
       }
       busy += timing.seconds();
     }
-    const int expected = record.views[rank].tasks_size();
+    const int expected = record.updates[rank]->step().tasks_size();
     if (report.tasks_size() != expected) {
       return invalid("rank ", rank, " runs ", expected,
                      " tasks in the step but reported ", report.tasks_size());

@@ -177,7 +177,10 @@ struct StreamNext {
     kEnd,
   };
   Kind kind = Kind::kWait;
-  v1::PlanUpdate update;
+  /// The message to send (kSend). A step's message is the one the control
+  /// plane keeps for the rank, shared rather than copied: a write may hold
+  /// it after the step completes.
+  std::shared_ptr<const v1::PlanUpdate> update;
   absl::Status end_status;
 };
 
@@ -344,8 +347,8 @@ class ControlPlane {
   /// One planned step, kept until every rank reported it.
   struct StepRecord {
     v1::StepPlan plan;
-    /// Per-rank views, indexed by rank.
-    std::vector<v1::RankStep> views;
+    /// Per-rank views as the messages that carry them, indexed by rank.
+    std::vector<std::shared_ptr<const v1::PlanUpdate>> updates;
     /// Per rank: whether it reported, and its task seconds + sync.
     std::vector<bool> reported;
     std::vector<double> rank_seconds;

@@ -268,8 +268,8 @@ TEST_F(ControlPlaneTest, EverySampleInExactlyOneTaskOfOneStep) {
       // What the stream sends is the rank's view of the kept plan.
       for (const StreamNext& next : Pull(*cp, streams[r])) {
         ASSERT_EQ(next.kind, StreamNext::Kind::kSend);
-        const int64_t sent_step = next.update.step().step();
-        EXPECT_TRUE(received[r].emplace(sent_step, next.update.step()).second)
+        const int64_t sent_step = next.update->step().step();
+        EXPECT_TRUE(received[r].emplace(sent_step, next.update->step()).second)
             << "step " << sent_step << " sent twice to rank " << r;
       }
       ASSERT_EQ(received[r].count(step), 1u) << "rank " << r;
@@ -313,8 +313,8 @@ TEST_F(ControlPlaneTest, StreamsSendEachStepOnceInOrder) {
   ASSERT_EQ(sent.size(), 3u);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(sent[i].kind, StreamNext::Kind::kSend);
-    EXPECT_EQ(sent[i].update.step().step(), i);
-    EXPECT_EQ(sent[i].update.step().rank(), 2);
+    EXPECT_EQ(sent[i].update->step().step(), i);
+    EXPECT_EQ(sent[i].update->step().rank(), 2);
   }
   EXPECT_TRUE(Pull(*cp, s2).empty());  // nothing twice
   EXPECT_EQ(cp->Status().ranks(2).last_sent_step(), 2);
@@ -323,7 +323,7 @@ TEST_F(ControlPlaneTest, StreamsSendEachStepOnceInOrder) {
   const int64_t s3 = *cp->OpenStream(3, "sess", 1, [&] { ++wakes3; });
   sent = Pull(*cp, s3);
   ASSERT_EQ(sent.size(), 2u);
-  EXPECT_EQ(sent[0].update.step().step(), 1);
+  EXPECT_EQ(sent[0].update->step().step(), 1);
 
   // A second stream of rank 2 replaces the first.
   const int64_t s2b = *cp->OpenStream(2, "sess", 2, [] {});
@@ -718,8 +718,8 @@ TEST_F(ControlPlaneTest, ProfileAtStartGatesPlanningUntilEveryRankAnswers) {
   for (int r = 0; r < kWorld; ++r) {
     std::vector<StreamNext> sent = Pull(*cp, streams[r]);
     ASSERT_EQ(sent.size(), 1u) << "rank " << r;
-    ASSERT_TRUE(sent[0].update.has_profile());
-    const v1::ProfileRequest& request = sent[0].update.profile();
+    ASSERT_TRUE(sent[0].update->has_profile());
+    const v1::ProfileRequest& request = sent[0].update->profile();
     EXPECT_EQ(request.epoch(), 0);
     EXPECT_EQ(std::vector<int64_t>(request.lengths().begin(),
                                    request.lengths().end()),
@@ -760,14 +760,14 @@ TEST_F(ControlPlaneTest, ProfileAtStartGatesPlanningUntilEveryRankAnswers) {
   EXPECT_EQ(*cp->PlanAvailableSteps(), 3);  // lookahead_steps
   std::vector<StreamNext> sent = Pull(*cp, streams[0]);
   ASSERT_EQ(sent.size(), 3u);
-  EXPECT_TRUE(sent[0].update.has_step());
-  EXPECT_EQ(sent[0].update.step().step(), 0);
+  EXPECT_TRUE(sent[0].update->has_step());
+  EXPECT_EQ(sent[0].update->step().step(), 0);
   // A stream opened now (a reconnection) gets steps only.
   absl::StatusOr<int64_t> again = cp->OpenStream(1, "sess", 0, [] {});
   ASSERT_TRUE(again.ok());
   sent = Pull(*cp, *again);
   ASSERT_FALSE(sent.empty());
-  EXPECT_TRUE(sent[0].update.has_step());
+  EXPECT_TRUE(sent[0].update->has_step());
 }
 
 TEST_F(ControlPlaneTest, ProfileTimeoutPlansWithoutTheMissingRanks) {
@@ -801,7 +801,7 @@ TEST_F(ControlPlaneTest, ProfileTimeoutPlansWithoutTheMissingRanks) {
   ASSERT_TRUE(id.ok());
   std::vector<StreamNext> sent = Pull(*cp, *id);
   ASSERT_FALSE(sent.empty());
-  EXPECT_TRUE(sent[0].update.has_step());
+  EXPECT_TRUE(sent[0].update->has_step());
   ASSERT_TRUE(cp->ReportProfile(ProfileOf(3)).ok());
   EXPECT_EQ(cp->Status().observations(), 27);
 }
@@ -883,7 +883,7 @@ TEST_F(ControlPlaneTest, DrainEndsStreamsAfterTheLastPlannedStep) {
   RegisterAll(*cp);
   ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
   const int64_t s0 = *cp->OpenStream(0, "sess", 0, [] {});
-  ASSERT_EQ(cp->NextForStream(s0).update.step().step(), 0);
+  ASSERT_EQ(cp->NextForStream(s0).update->step().step(), 0);
 
   EXPECT_EQ(cp->Drain(/*stop=*/false), 2);
   EXPECT_TRUE(cp->Status().draining());
@@ -893,10 +893,10 @@ TEST_F(ControlPlaneTest, DrainEndsStreamsAfterTheLastPlannedStep) {
 
   std::vector<StreamNext> sent = Pull(*cp, s0);
   ASSERT_EQ(sent.size(), 4u);
-  EXPECT_EQ(sent[0].update.step().step(), 1);
-  EXPECT_EQ(sent[1].update.step().step(), 2);
-  ASSERT_TRUE(sent[2].update.has_drain());
-  EXPECT_EQ(sent[2].update.drain().last_step(), 2);
+  EXPECT_EQ(sent[0].update->step().step(), 1);
+  EXPECT_EQ(sent[1].update->step().step(), 2);
+  ASSERT_TRUE(sent[2].update->has_drain());
+  EXPECT_EQ(sent[2].update->drain().last_step(), 2);
   EXPECT_EQ(sent[3].kind, StreamNext::Kind::kEnd);
   EXPECT_TRUE(sent[3].end_status.ok());
   EXPECT_FALSE(cp->stopped());  // no stop was asked for
@@ -905,7 +905,7 @@ TEST_F(ControlPlaneTest, DrainEndsStreamsAfterTheLastPlannedStep) {
   const int64_t s1 = *cp->OpenStream(1, "sess", 1, [] {});
   sent = Pull(*cp, s1);
   ASSERT_EQ(sent.size(), 4u);  // 1, 2, drain, end
-  EXPECT_EQ(sent[2].update.drain().last_step(), 2);
+  EXPECT_EQ(sent[2].update->drain().last_step(), 2);
 }
 
 TEST_F(ControlPlaneTest, StopWaitsForOpenStreams) {
@@ -920,7 +920,7 @@ TEST_F(ControlPlaneTest, StopWaitsForOpenStreams) {
   EXPECT_FALSE(cp->WaitForStop(absl::ZeroDuration()));
   std::vector<StreamNext> sent = Pull(*cp, s0);
   ASSERT_EQ(sent.size(), 5u);
-  EXPECT_TRUE(sent[3].update.has_drain());
+  EXPECT_TRUE(sent[3].update->has_drain());
   cp->CloseStream(s0);
   EXPECT_TRUE(cp->stopped());
   EXPECT_TRUE(cp->WaitForStop(absl::Seconds(5)));
@@ -937,7 +937,7 @@ TEST_F(ControlPlaneTest, MaxStepsDrainsByItself) {
   const int64_t s = *cp->OpenStream(3, "sess", 0, [] {});
   std::vector<StreamNext> sent = Pull(*cp, s);
   ASSERT_EQ(sent.size(), 4u);
-  EXPECT_EQ(sent[2].update.drain().last_step(), 1);
+  EXPECT_EQ(sent[2].update->drain().last_step(), 1);
 }
 
 TEST_F(ControlPlaneTest, PlanningErrorDrainsAndIsReported) {
@@ -957,7 +957,7 @@ TEST_F(ControlPlaneTest, PlanningErrorDrainsAndIsReported) {
   const int64_t stream = *cp->OpenStream(0, "sess", 0, [] {});
   std::vector<StreamNext> sent = Pull(*cp, stream);
   ASSERT_EQ(sent.size(), 2u);
-  EXPECT_EQ(sent[0].update.drain().last_step(), -1);
+  EXPECT_EQ(sent[0].update->drain().last_step(), -1);
 }
 
 TEST_F(ControlPlaneTest, IdleSecondsFollowTheInjectedClock) {
@@ -994,7 +994,7 @@ TEST_F(ControlPlaneTest, PlannerThreadPlansAheadAndShutdownEndsStreams) {
   ASSERT_TRUE(cp->AwaitPlanned(4, absl::Seconds(20)));
   std::vector<StreamNext> sent = Pull(*cp, s);
   ASSERT_EQ(sent.size(), 1u);
-  EXPECT_EQ(sent[0].update.step().step(), 3);
+  EXPECT_EQ(sent[0].update->step().step(), 3);
 
   cp->Shutdown();
   sent = Pull(*cp, s);

@@ -217,7 +217,7 @@ class PlanStreamReactor final
         // The message must live until OnWriteDone; only one is in flight.
         current_ = std::move(next.update);
         write_in_flight_ = true;
-        StartWrite(&current_);
+        StartWrite(current_.get());
         return;
       case StreamNext::Kind::kEnd:
         FinishLocked(ToGrpcStatus(next.end_status));
@@ -240,7 +240,7 @@ class PlanStreamReactor final
   bool write_in_flight_ ABSL_GUARDED_BY(link_->mu) = false;
   /// Set once Finish is wanted; Finish runs when no write is in flight.
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(link_->mu);
-  v1::PlanUpdate current_ ABSL_GUARDED_BY(link_->mu);
+  std::shared_ptr<const v1::PlanUpdate> current_ ABSL_GUARDED_BY(link_->mu);
 };
 
 /// One StreamReports call: reads reports one at a time, hands each to the
