@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
@@ -274,25 +275,6 @@ absl::Status Serve(Agent& agent, const SignalWatcher& watcher) {
     return absl::CancelledError("stopped by signal");
   }
   return drained;
-}
-
-/// Writes `text` to `path` through a temporary file, so that a reader never
-/// sees it half written.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out.good()) {
-      return absl::UnavailableError(absl::StrCat("cannot write '", tmp, "'"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
-  }
-  return absl::OkStatus();
 }
 
 /// Serves `registry` on --metrics_listen and writes --metrics_port_file.
