@@ -212,6 +212,20 @@ class SchedulerServerTest : public ::testing::Test {
     return steps;
   }
 
+  /// Every rank got steps 0..`last` in order, then the drain marker naming
+  /// `last`, and its stream ended OK.
+  static void ExpectStepsThenDrain(const std::vector<AgentLog>& logs,
+                                   int64_t last) {
+    for (int r = 0; r < kWorld; ++r) {
+      SCOPED_TRACE(absl::StrCat("rank ", r));
+      EXPECT_TRUE(logs[r].errors.empty()) << logs[r].errors.front();
+      EXPECT_EQ(logs[r].steps, Steps(0, last));
+      EXPECT_TRUE(logs[r].drained);
+      EXPECT_EQ(logs[r].drain_last_step, last);
+      EXPECT_TRUE(logs[r].finish.ok()) << logs[r].finish.error_message();
+    }
+  }
+
   std::unique_ptr<SchedulerServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
 };
@@ -221,15 +235,7 @@ TEST_F(SchedulerServerTest, StreamsTenStepsToFourRanksAndLearns) {
   o.control_plane.max_steps = 10;
   StartServer(std::move(o));
 
-  const std::vector<AgentLog> logs = RunAgents();
-  for (int r = 0; r < kWorld; ++r) {
-    SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_TRUE(logs[r].errors.empty()) << logs[r].errors.front();
-    EXPECT_EQ(logs[r].steps, Steps(0, 9));
-    EXPECT_TRUE(logs[r].drained);
-    EXPECT_EQ(logs[r].drain_last_step, 9);
-    EXPECT_TRUE(logs[r].finish.ok()) << logs[r].finish.error_message();
-  }
+  ExpectStepsThenDrain(RunAgents(), 9);
 
   v1::StatusResponse status = Status();
   EXPECT_EQ(status.planned_steps(), 10);
@@ -265,14 +271,7 @@ TEST_F(SchedulerServerTest, FanOutPoolsServeEveryStreamInOrder) {
     StartServer(std::move(o));
 
     const std::vector<AgentLog> logs = RunAgents();
-    for (int r = 0; r < kWorld; ++r) {
-      SCOPED_TRACE(absl::StrCat("rank ", r));
-      EXPECT_TRUE(logs[r].errors.empty()) << logs[r].errors.front();
-      EXPECT_EQ(logs[r].steps, Steps(0, 9));
-      EXPECT_TRUE(logs[r].drained);
-      EXPECT_EQ(logs[r].drain_last_step, 9);
-      EXPECT_TRUE(logs[r].finish.ok()) << logs[r].finish.error_message();
-    }
+    ExpectStepsThenDrain(logs, 9);
     // Destroying the server stops and joins the fan-out pool.
     server_.reset();
   }
@@ -426,14 +425,7 @@ TEST_F(SchedulerServerTest, DrainEndsEveryStreamAfterTheLastStep) {
   agents.join();
   const int64_t last = response.last_step();
   EXPECT_GE(last, 2);
-  for (int r = 0; r < kWorld; ++r) {
-    SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_TRUE(logs[r].errors.empty());
-    EXPECT_EQ(logs[r].steps, Steps(0, last));
-    EXPECT_TRUE(logs[r].drained);
-    EXPECT_EQ(logs[r].drain_last_step, last);
-    EXPECT_TRUE(logs[r].finish.ok()) << logs[r].finish.error_message();
-  }
+  ExpectStepsThenDrain(logs, last);
   EXPECT_EQ(Status().planned_steps(), last + 1);
 }
 
