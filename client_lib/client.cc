@@ -138,6 +138,15 @@ absl::StatusOr<Step> Client::NextStep() {
   return step;
 }
 
+absl::StatusOr<Communicator*> Client::DataParallelGroup() {
+  if (agent_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the data-parallel group is only available in in-process mode; in "
+        "sidecar mode the trainer forms its own (e.g. torch.distributed)");
+  }
+  return agent_->DataParallelGroup();
+}
+
 absl::Status Client::ReportStep(const Step& step,
                                 const std::vector<double>& task_seconds,
                                 double sync_seconds) {

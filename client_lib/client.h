@@ -133,6 +133,13 @@ class Client {
                           const std::vector<double>& task_seconds,
                           double sync_seconds = 0);
 
+  /// In-process mode: the data-parallel group of the whole world, for the
+  /// gradient all-reduce that closes a step (`Agent::DataParallelGroup`;
+  /// every rank calls it after the step's tasks, formed on first use per
+  /// epoch). Owned by the client. FAILED_PRECONDITION in sidecar mode (the
+  /// agent's communicators live in its process) and in a world of one.
+  absl::StatusOr<Communicator*> DataParallelGroup();
+
   /// This client's global rank.
   int rank() const;
 

@@ -89,6 +89,8 @@ struct RankLog {
   /// step -> sum of the loss weights of the tasks this rank leads.
   std::map<int64_t, double> weights;
   int groups_used = 0;
+  /// Gradient syncs over the data-parallel group (in-process mode).
+  int syncs = 0;
   bool drained = false;
 };
 
@@ -128,7 +130,30 @@ void TrainingLoop(Client& client, RankLog& log) {
       }
       seconds.push_back(0.01 * static_cast<double>(task.samples.size()));
     }
-    absl::Status reported = client.ReportStep(*step, seconds);
+    // The gradient sync: in-process, over the client's data-parallel group.
+    double sync_seconds = 0;
+    if (client.agent() != nullptr) {
+      absl::StatusOr<Communicator*> world = client.DataParallelGroup();
+      if (!world.ok()) {
+        log.status = world.status();
+        return;
+      }
+      float gradient = static_cast<float>(client.rank() + 1);
+      const absl::Time start = absl::Now();
+      absl::Status s = (*world)->AllReduceSum(&gradient, 1);
+      sync_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      if (!s.ok() || gradient != 3.0f) {
+        log.status = absl::InternalError(
+            absl::StrCat("gradient sync: ", s.ToString(), " -> ", gradient));
+        return;
+      }
+      ++log.syncs;
+    } else if (client.DataParallelGroup().status().code() !=
+               absl::StatusCode::kFailedPrecondition) {
+      log.status = absl::InternalError("sidecar mode handed out a group");
+      return;
+    }
+    absl::Status reported = client.ReportStep(*step, seconds, sync_seconds);
     if (!reported.ok()) {
       log.status = reported;
       return;
@@ -172,6 +197,8 @@ TEST(ClientTest, InProcessTwoRanksRunFiveSteps) {
     EXPECT_TRUE(logs[r].drained);
     EXPECT_THAT(logs[r].steps, ElementsAre(0, 1, 2, 3, 4)) << "rank " << r;
     EXPECT_GE(logs[r].groups_used, 1) << "rank " << r;
+    // One gradient sync a step over the data-parallel group.
+    EXPECT_EQ(logs[r].syncs, kSteps) << "rank " << r;
   }
   // Members of a task saw the same samples; every sample of every step is
   // in exactly one task.
@@ -204,7 +231,9 @@ TEST(ClientTest, InProcessTwoRanksRunFiveSteps) {
   for (int r = 0; r < kWorld; ++r) {
     const AgentStats stats = clients[r]->agent()->Stats();
     EXPECT_EQ(stats.steps_delivered, kSteps);
-    EXPECT_EQ(stats.groups_live, 1);  // [0, 1], formed once.
+    // [0, 1] twice: the tasks' sequence-parallel group and the gradient
+    // sync's data-parallel group, each formed once.
+    EXPECT_EQ(stats.groups_live, 2);
   }
 }
 

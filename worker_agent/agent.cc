@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -631,6 +632,27 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
   }
   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch));
   return cache_->Get(key, group.rendezvous_prefix());
+}
+
+absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
+  const int world = registration_.world_size();
+  if (world < 2) {
+    return absl::FailedPreconditionError(
+        "a world of one rank has no data-parallel group");
+  }
+  int64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::UnavailableError("the agent is shut down");
+    epoch =
+        delivered_.has_value() ? delivered_->epoch() : registration_.epoch();
+  }
+  std::vector<int> ranks(world);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch,
+                                              CommPurpose::kDataParallel));
+  return cache_->Get(key, absl::StrCat(registration_.session_id(), "/e",
+                                       epoch, "/dp"));
 }
 
 std::shared_ptr<ReportStream> Agent::CurrentReportStream() {

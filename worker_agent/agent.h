@@ -228,6 +228,15 @@ class Agent {
   /// ranks; the formation's error otherwise.
   absl::StatusOr<Communicator*> Group(const v1::CommGroup& group);
 
+  /// The data-parallel group of the whole world for the epoch of the last
+  /// step handed out: what the gradient sync closing a step all-reduces
+  /// over. Every rank must ask for it, at the same point among its other
+  /// collectives (after the step's tasks). It meets under
+  /// "<session>/e<epoch>/dp" in the scheduler's store and is cached apart
+  /// from the plans' groups of the same members (`CommPurpose`). Owned by
+  /// the agent. FAILED_PRECONDITION in a world of one rank.
+  absl::StatusOr<Communicator*> DataParallelGroup();
+
   /// Sends one step's timings to the scheduler, retrying UNAVAILABLE and
   /// DEADLINE_EXCEEDED a few times, and FAILED_PRECONDITION once the agent
   /// has registered again when the plan stream was reconnecting (a

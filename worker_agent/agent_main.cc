@@ -35,11 +35,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
@@ -97,6 +99,13 @@ ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
 ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the scheduler at start-up.");
+ABSL_FLAG(bool, sync_gradients, true,
+          "Execute mode: close every step with a gradient sync, an "
+          "all-reduce over the whole world's data-parallel group, timed and "
+          "reported as the step's sync_seconds.");
+ABSL_FLAG(int64_t, gradient_floats, 0,
+          "Execute mode: floats the gradient sync all-reduces (0: the "
+          "model's parameters divided by --token_scale, as the lengths are).");
 ABSL_FLAG(bool, report_stream, true,
           "Send timing reports on one StreamReports stream (false: a "
           "ReportTimings call per step).");
@@ -194,10 +203,51 @@ absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
   return profile;
 }
 
+/// Execute mode's gradient sync: an all-reduce of `gradient` over the
+/// world's data-parallel group, after the step's tasks on every rank.
+/// Returns its wall time.
+absl::StatusOr<double> SyncGradients(Agent& agent,
+                                     std::vector<float>& gradient) {
+  ASSIGN_OR_RETURN(Communicator * world, agent.DataParallelGroup());
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(world->AllReduceSum(gradient.data(), gradient.size()));
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+/// The gradient execute mode syncs (--sync_gradients): empty when off or in
+/// a world of one rank.
+absl::StatusOr<std::vector<float>> GradientBuffer(const Agent& agent) {
+  if (!absl::GetFlag(FLAGS_sync_gradients) ||
+      agent.registration().world_size() < 2) {
+    return std::vector<float>();
+  }
+  int64_t floats = absl::GetFlag(FLAGS_gradient_floats);
+  if (floats < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gradient_floats must be >= 0, not ", floats));
+  }
+  if (floats == 0) {
+    ASSIGN_OR_RETURN(ModelSpec model,
+                     ModelToRun(agent.registration().model()));
+    floats = std::max<int64_t>(
+        1, static_cast<int64_t>(model.TotalParams() /
+                                std::max<int64_t>(
+                                    1, absl::GetFlag(FLAGS_token_scale))));
+  }
+  constexpr int64_t kMaxFloats = int64_t{1} << 28;  // 1 GiB
+  if (floats > kMaxFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the gradient sync would all-reduce ", floats,
+        " floats (over 1 GiB); raise --token_scale or set --gradient_floats"));
+  }
+  return std::vector<float>(static_cast<size_t>(floats), 1.0f);
+}
+
 /// `metrics` may be null (no --metrics_listen).
 absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
                      AgentMetrics* metrics) {
   ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor, MakeExecutor(agent));
+  ASSIGN_OR_RETURN(std::vector<float> gradient, GradientBuffer(agent));
 
   std::ofstream log;
   const std::string log_path = absl::GetFlag(FLAGS_log_file);
@@ -226,6 +276,10 @@ absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
         executor->RunStep(step, [&agent](const v1::CommGroup& group) {
           return agent.Group(group);
         }));
+    if (!gradient.empty()) {
+      ASSIGN_OR_RETURN(const double sync, SyncGradients(agent, gradient));
+      done.report.set_sync_seconds(sync);
+    }
     if (metrics != nullptr) {
       metrics->OnStepExecuted(done, absl::Now() - step_start);
     }

@@ -10,9 +10,10 @@
 
 namespace dcp {
 
-absl::StatusOr<CommKey> CommKey::Make(std::vector<int> ranks, int64_t epoch) {
+absl::StatusOr<CommKey> CommKey::Make(std::vector<int> ranks, int64_t epoch,
+                                      CommPurpose purpose) {
   std::sort(ranks.begin(), ranks.end());
-  CommKey key{std::move(ranks), epoch};
+  CommKey key{std::move(ranks), epoch, purpose};
   if (absl::Status status = key.Validate(); !status.ok()) return status;
   return key;
 }
@@ -45,7 +46,8 @@ int CommKey::GroupRank(int global_rank) const {
 }
 
 std::string CommKey::ToString() const {
-  return absl::StrCat("[", absl::StrJoin(ranks, ","), "]@", epoch);
+  return absl::StrCat("[", absl::StrJoin(ranks, ","), "]@", epoch,
+                      purpose == CommPurpose::kDataParallel ? "/dp" : "");
 }
 
 }  // namespace dcp

@@ -16,10 +16,20 @@ namespace dcp {
 // kernels/communicator.h so that kernels can run over it without depending on
 // the agent; this header adds what the agent keys its groups by.
 
+/// What a group is for. The same members in the same epoch may form two
+/// communicators: a sequence-parallel group of a plan's task, and the
+/// data-parallel group of the whole world that syncs gradients; they must
+/// not be taken for each other (they meet under different store prefixes,
+/// and a warm-up of one must not stand in for the other).
+enum class CommPurpose {
+  kSequenceParallel,
+  kDataParallel,
+};
+
 /// Identifies one formation of a communicator group: its members (global
-/// ranks, sorted and distinct) and the epoch of the plan that formed it. A
-/// group re-formed in a later epoch (after a failure or a re-plan) is a
-/// different communicator.
+/// ranks, sorted and distinct), the epoch of the plan that formed it and
+/// its purpose. A group re-formed in a later epoch (after a failure or a
+/// re-plan) is a different communicator.
 ///
 /// Build keys with `Make`, which sorts and validates; `IsValid` tells whether
 /// a key built by hand is well formed.
@@ -29,10 +39,13 @@ namespace dcp {
 struct CommKey {
   std::vector<int> ranks;
   int64_t epoch = 0;
+  CommPurpose purpose = CommPurpose::kSequenceParallel;
 
   /// Sorts `ranks`. INVALID_ARGUMENT when they are empty, negative or
   /// repeated, or the epoch is negative.
-  static absl::StatusOr<CommKey> Make(std::vector<int> ranks, int64_t epoch);
+  static absl::StatusOr<CommKey> Make(
+      std::vector<int> ranks, int64_t epoch,
+      CommPurpose purpose = CommPurpose::kSequenceParallel);
 
   /// OK when `ranks` is non-empty, sorted, distinct and non-negative and
   /// `epoch` is non-negative; INVALID_ARGUMENT saying what is wrong otherwise.
@@ -42,18 +55,20 @@ struct CommKey {
   /// or -1 when it is not a member.
   int GroupRank(int global_rank) const;
 
-  /// "[0,1,2]@3", for logs and error messages.
+  /// "[0,1,2]@3" ("[0,1,2]@3/dp" for a data-parallel group), for logs and
+  /// error messages.
   std::string ToString() const;
 
   friend bool operator==(const CommKey& a, const CommKey& b) {
-    return a.epoch == b.epoch && a.ranks == b.ranks;
+    return a.epoch == b.epoch && a.purpose == b.purpose && a.ranks == b.ranks;
   }
   friend bool operator!=(const CommKey& a, const CommKey& b) {
     return !(a == b);
   }
   template <typename H>
   friend H AbslHashValue(H h, const CommKey& key) {
-    return H::combine(std::move(h), key.ranks, key.epoch);
+    return H::combine(std::move(h), key.ranks, key.epoch,
+                      static_cast<int>(key.purpose));
   }
 };
 

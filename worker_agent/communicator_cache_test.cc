@@ -138,6 +138,26 @@ TEST(CommunicatorCacheTest, MissFormsOnceThenHits) {
   EXPECT_EQ(stats.live, 2);
 }
 
+TEST(CommunicatorCacheTest, DataParallelGroupIsNotASequenceParallelOne) {
+  // The same members and epoch for two purposes: two communicators, each
+  // formed once, under its own prefix.
+  FakeFactory factory;
+  CommunicatorCache cache(factory.AsFactory());
+  const CommKey sp = Key({0, 1, 2, 3}, 1);
+  const CommKey dp =
+      *CommKey::Make({3, 2, 1, 0}, 1, CommPurpose::kDataParallel);
+  EXPECT_NE(sp, dp);
+  EXPECT_EQ(dp.ToString(), "[0,1,2,3]@1/dp");
+  absl::StatusOr<Communicator*> a = cache.Get(sp, "g/");
+  absl::StatusOr<Communicator*> b = cache.Get(dp, "dp/");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(*cache.Get(dp, "dp/"), *b);
+  EXPECT_EQ(cache.stats().misses, 2);
+  EXPECT_EQ(cache.stats().hits, 1);
+}
+
 TEST(CommunicatorCacheTest, RejectsMalformedKeyWithoutCallingTheFactory) {
   FakeFactory factory;
   CommunicatorCache cache(factory.AsFactory());

@@ -379,7 +379,8 @@ std::string FormatExecutionLog(const v1::RankStep& step,
                          {"epoch", step.epoch()},
                          {"rank", step.rank()},
                          {"tasks", execution.tasks.size()},
-                         {"seconds", total}};
+                         {"seconds", total},
+                         {"sync_seconds", execution.report.sync_seconds()}};
   absl::StrAppend(&out, line.dump(), "\n");
   return out;
 }
