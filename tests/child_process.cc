@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -108,11 +109,25 @@ void KillAll(std::vector<Child>& children) {
   }
 }
 
-std::string Describe(const std::vector<Child>& children) {
+bool ExpectAllExit(std::vector<Child>& children, absl::Time deadline,
+                   const std::string& what) {
+  if (WaitAll(children, deadline)) return true;
+  KillAll(children);
+  ADD_FAILURE() << what << ":\n" << Describe(children);
+  return false;
+}
+
+std::string Describe(const std::vector<Child>& children,
+                     size_t max_stderr_bytes) {
   std::string out;
   for (const Child& c : children) {
-    absl::StrAppend(&out, "---- ", c.name, " (exit ", c.exit_code, ")\n",
-                    ReadFile(c.err_path), "\n");
+    std::string err = ReadFile(c.err_path);
+    if (err.size() > max_stderr_bytes) {
+      err = "..." + err.substr(err.size() - max_stderr_bytes);
+    }
+    absl::StrAppend(&out, "---- ", c.name, " (",
+                    c.done ? absl::StrCat("exit ", c.exit_code) : "running",
+                    ")\n", err, "\n");
   }
   return out;
 }
@@ -120,13 +135,40 @@ std::string Describe(const std::vector<Child>& children) {
 std::string RunToEnd(const std::string& name,
                      const std::vector<std::string>& argv) {
   std::vector<Child> one = {Spawn(name, argv)};
-  if (!WaitAll(one, absl::Now() + absl::Seconds(30))) {
-    KillAll(one);
-    ADD_FAILURE() << name << " did not finish:\n" << Describe(one);
+  if (!ExpectAllExit(one, absl::Now() + absl::Seconds(30),
+                     name + " did not finish")) {
     return "";
   }
   EXPECT_EQ(one[0].exit_code, 0) << Describe(one);
   return ReadFile(one[0].out_path);
+}
+
+int WaitForPortFile(const std::string& path, Child& child,
+                    absl::Time deadline) {
+  while (true) {
+    int port = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(path)), &port) &&
+        port > 0) {
+      return port;
+    }
+    if (Poll(child) || absl::Now() > deadline) return 0;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+ChildReaper::ChildReaper(std::vector<std::vector<Child>*> groups)
+    : groups_(std::move(groups)) {}
+
+ChildReaper::~ChildReaper() {
+  for (std::vector<Child>* group : groups_) KillAll(*group);
+}
+
+std::string ChildReaper::Describe(size_t max_stderr_bytes) const {
+  std::string out;
+  for (const std::vector<Child>* group : groups_) {
+    absl::StrAppend(&out, testing_process::Describe(*group, max_stderr_bytes));
+  }
+  return out;
 }
 
 int StartScheduler(const std::string& name,
@@ -139,31 +181,64 @@ int StartScheduler(const std::string& name,
   argv.push_back("--port_file=" + port_path);
   scheduler = {Spawn(name, argv)};
   // The port file appears once the scheduler serves.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (true) {
-    int port = 0;
-    const std::string text = ReadFile(port_path);
-    if (!text.empty() &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) {
-      return port;
-    }
-    if (Poll(scheduler[0]) || absl::Now() > deadline) {
-      KillAll(scheduler);
-      ADD_FAILURE() << "the scheduler did not start:\n" << Describe(scheduler);
-      return 0;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
+  const int port =
+      WaitForPortFile(port_path, scheduler[0], absl::Now() + absl::Seconds(30));
+  if (port == 0) {
+    KillAll(scheduler);
+    ADD_FAILURE() << "the scheduler did not start:\n" << Describe(scheduler);
   }
+  return port;
 }
 
 void StopScheduler(const std::string& address, std::vector<Child>& scheduler) {
   RunToEnd("ctl-stop",
            {Binary("scheduler/dcp-ctl"), "--scheduler=" + address, "stop"});
-  if (!WaitAll(scheduler, absl::Now() + absl::Seconds(30))) {
-    KillAll(scheduler);
-    ADD_FAILURE() << "the scheduler did not stop:\n" << Describe(scheduler);
-  }
+  ExpectAllExit(scheduler, absl::Now() + absl::Seconds(30),
+                "the scheduler did not stop");
   EXPECT_EQ(scheduler[0].exit_code, 0) << Describe(scheduler);
+}
+
+nlohmann::json CtlStatus(const std::string& name, const std::string& address) {
+  nlohmann::json status = nlohmann::json::parse(
+      RunToEnd(name, {Binary("scheduler/dcp-ctl"), "--scheduler=" + address,
+                      "--json", "status"}),
+      nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(status.is_discarded()) << name << " did not answer JSON";
+  return status;
+}
+
+double JsonNumber(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  double value = 0;
+  if (j.is_string() && absl::SimpleAtod(j.get<std::string>(), &value)) {
+    return value;
+  }
+  ADD_FAILURE() << "not a number: " << j.dump();
+  return 0;
+}
+
+ServingAgents StartServingAgents(const std::string& name,
+                                 const std::string& address, int world,
+                                 const std::vector<std::string>& extra_flags) {
+  ServingAgents out;
+  char dir[] = "/tmp/dcp-serve-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp failed";
+    return out;
+  }
+  out.dir = dir;
+  for (int r = 0; r < world; ++r) {
+    out.sockets.push_back(absl::StrCat(out.dir, "/agent-", r, ".sock"));
+    std::vector<std::string> argv = {Binary("worker_agent/dcp-agent"),
+                                     "--scheduler=" + address,
+                                     absl::StrCat("--rank=", r),
+                                     absl::StrCat("--world_size=", world),
+                                     "--mode=serve",
+                                     "--socket=" + out.sockets.back()};
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
+  }
+  return out;
 }
 
 }  // namespace testing_process

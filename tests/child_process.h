@@ -6,17 +6,20 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 
 namespace dcp {
 namespace testing_process {
 
 /// `name` under the test's TEST_TMPDIR.
 std::string TmpPath(const std::string& name);
-/// A binary of this workspace from the test's runfiles ("scheduler/dcp-ctl").
+/// A file of this workspace from the test's runfiles: a binary
+/// ("scheduler/dcp-ctl") or a data file the test lists in `data`.
 std::string Binary(const std::string& path);
 /// The whole file ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
@@ -42,12 +45,48 @@ bool Poll(Child& child);
 bool WaitAll(std::vector<Child>& children, absl::Time deadline);
 /// SIGKILLs every child still running and reaps them all.
 void KillAll(std::vector<Child>& children);
-/// Every child's name, exit code and stderr, for failure messages.
-std::string Describe(const std::vector<Child>& children);
+/// Waits for every child up to `deadline`; when some still run, SIGKILLs
+/// and reaps them all, fails the test with `what` and every child's stderr,
+/// and returns false.
+bool ExpectAllExit(std::vector<Child>& children, absl::Time deadline,
+                   const std::string& what);
+/// Every child's name, state ("exit N", or "running" until it is reaped)
+/// and stderr, for failure messages; of each stderr only the last
+/// `max_stderr_bytes`, for children that log a lot.
+std::string Describe(const std::vector<Child>& children,
+                     size_t max_stderr_bytes = std::string::npos);
 /// Runs a short command to completion (30 s at most); its stdout, or "" and
 /// a test failure.
 std::string RunToEnd(const std::string& name,
                      const std::vector<std::string>& argv);
+
+/// The port `child` wrote to `path` (the file a `--port_file` or
+/// `--metrics_port_file` flag names) once it has; 0 when the child exits
+/// first or `deadline` passes.
+int WaitForPortFile(const std::string& path, Child& child, absl::Time deadline);
+
+/// SIGKILLs and reaps, when it goes out of scope, every child still running
+/// in the groups it watches, so that a test that stops early (a failed
+/// ASSERT) leaves no process behind. It only points at the groups: declare
+/// it after them, so that they outlive it. Not thread-safe.
+///
+///   std::vector<Child> scheduler;
+///   std::vector<Child> agents;
+///   ChildReaper reaper({&scheduler, &agents});
+///   scheduler = {Spawn("scheduler", argv)};
+class ChildReaper {
+ public:
+  explicit ChildReaper(std::vector<std::vector<Child>*> groups);
+  ChildReaper(const ChildReaper&) = delete;
+  ChildReaper& operator=(const ChildReaper&) = delete;
+  ~ChildReaper();
+
+  /// `Describe` over every group, in order.
+  std::string Describe(size_t max_stderr_bytes = std::string::npos) const;
+
+ private:
+  std::vector<std::vector<Child>*> groups_;
+};
 
 /// Starts dcp-scheduler with `flags` plus `--listen=127.0.0.1:0` and a port
 /// file; returns its port once it serves (0 and a test failure when it does
@@ -57,6 +96,33 @@ int StartScheduler(const std::string& name,
                    std::vector<Child>& scheduler);
 /// Stops the scheduler with `dcp-ctl stop`; it must exit 0.
 void StopScheduler(const std::string& address, std::vector<Child>& scheduler);
+/// `dcp-ctl --json status` against the scheduler at `address`, run as
+/// `name`: its answer, or a discarded value and a test failure when the
+/// answer is not JSON.
+nlohmann::json CtlStatus(const std::string& name, const std::string& address);
+/// A number of a proto3 JSON answer such as `CtlStatus`'s (int64 fields
+/// are printed as strings); 0 and a test failure when it is neither.
+double JsonNumber(const nlohmann::json& j);
+
+/// dcp-agent processes in serve mode, one a rank, and the Unix sockets they
+/// serve their trainers on.
+struct ServingAgents {
+  /// The directory of the sockets; the caller removes it once the agents
+  /// are gone. Empty when it could not be made.
+  std::string dir;
+  /// Per rank, the socket's path.
+  std::vector<std::string> sockets;
+  std::vector<Child> agents;
+};
+
+/// Starts `dcp-agent --mode=serve` for ranks 0..world-1 of the scheduler at
+/// `address`, named "<name>-agent-<rank>", with `extra_flags` last. Socket
+/// paths are short (108 bytes), so the sockets are not under TEST_TMPDIR
+/// but in a directory of this run's own under /tmp (sandboxes share /tmp
+/// and pids); no agent and a test failure when it cannot be made.
+ServingAgents StartServingAgents(const std::string& name,
+                                 const std::string& address, int world,
+                                 const std::vector<std::string>& extra_flags);
 
 }  // namespace testing_process
 }  // namespace dcp

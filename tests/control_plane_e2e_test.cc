@@ -12,16 +12,11 @@
 // (each with its task executor) as threads of this process; a third runs
 // dcp-agent in serve mode for trainers that use client_lib's sidecar mode.
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -31,7 +26,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -46,11 +40,32 @@
 #include "scheduler/plan.h"
 #include "scheduler/scheduler_server.h"
 #include "scheduler/step_builder.h"
+#include "tests/child_process.h"
+#include "tests/sidecar_trainers.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/task_executor.h"
 
 namespace dcp {
 namespace {
+
+using testing_process::Binary;
+using testing_process::Child;
+using testing_process::CtlStatus;
+using testing_process::Describe;
+using testing_process::ExpectAllExit;
+using testing_process::JsonNumber;
+using testing_process::KillAll;
+using testing_process::ReadFile;
+using testing_process::RunSidecarTrainers;
+using testing_process::ServingAgents;
+using testing_process::SidecarRun;
+using testing_process::Spawn;
+using testing_process::StartScheduler;
+using testing_process::StartServingAgents;
+using testing_process::StopScheduler;
+using testing_process::TmpPath;
+using testing_process::WaitAll;
+using testing_process::WriteFile;
 
 constexpr int kWorld = 8;
 constexpr int kGpusPerNode = 4;
@@ -60,32 +75,6 @@ constexpr uint64_t kSeed = 0;
 constexpr int kSteps = 50;
 /// Sequence lengths run on the CPU are divided by this.
 constexpr int kTokenScale = 64;
-
-std::string EnvOrEmpty(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
-}
-
-std::string TmpPath(const std::string& name) {
-  return EnvOrEmpty("TEST_TMPDIR") + "/" + name;
-}
-
-std::string Binary(const std::string& path) {
-  return EnvOrEmpty("TEST_SRCDIR") + "/dcp/" + path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  return out.good();
-}
 
 /// A skewed trace: mostly short samples, some medium, a few long ones (some
 /// beyond the window). mt19937's raw output is the same everywhere.
@@ -127,114 +116,12 @@ std::string ModelJson(const ModelSpec& m) {
       .dump();
 }
 
-// ------------------------------------------------------------- processes
-
-/// A child process with stdout and stderr in files.
-struct Child {
-  std::string name;
-  pid_t pid = -1;
-  std::string out_path;
-  std::string err_path;
-  int exit_code = -1;  // -1 while running or when killed by a signal.
-  bool done = false;
-};
-
-Child Spawn(const std::string& name, const std::vector<std::string>& argv) {
-  Child child;
-  child.name = name;
-  child.out_path = TmpPath(name + ".out");
-  child.err_path = TmpPath(name + ".err");
-  // Everything the child needs is made before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<char*> args;
-  for (const std::string& a : argv) {
-    args.push_back(const_cast<char*>(a.c_str()));
-  }
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out =
-        open(child.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err =
-        open(child.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
-      _exit(126);
-    }
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  child.pid = pid;
-  return child;
-}
-
-/// Reaps `child` if it has exited; true when it has.
-bool Poll(Child& child) {
-  if (child.done) return true;
-  int status = 0;
-  const pid_t r = waitpid(child.pid, &status, WNOHANG);
-  if (r != child.pid) return false;
-  child.done = true;
-  child.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return true;
-}
-
-/// Waits for every child up to `deadline`; false when some still run.
-bool WaitAll(std::vector<Child>& children, absl::Time deadline) {
-  while (true) {
-    bool all = true;
-    for (Child& c : children) all = Poll(c) && all;
-    if (all) return true;
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-}
-
-void KillAll(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (!Poll(c)) kill(c.pid, SIGKILL);
-  }
-  for (Child& c : children) {
-    if (!c.done) {
-      int status = 0;
-      waitpid(c.pid, &status, 0);
-      c.done = true;
-    }
-  }
-}
-
-std::string Describe(const std::vector<Child>& children) {
-  std::string out;
-  for (const Child& c : children) {
-    absl::StrAppend(&out, "---- ", c.name, " (exit ", c.exit_code, ")\n",
-                    ReadFile(c.err_path), "\n");
-  }
-  return out;
-}
-
-/// Runs a short command to completion; returns its stdout, or "" and a
-/// failure.
-std::string RunToEnd(const std::string& name,
-                     const std::vector<std::string>& argv) {
-  std::vector<Child> one = {Spawn(name, argv)};
-  if (!WaitAll(one, absl::Now() + absl::Seconds(30))) {
-    KillAll(one);
-    ADD_FAILURE() << name << " did not finish:\n" << Describe(one);
-    return "";
-  }
-  EXPECT_EQ(one[0].exit_code, 0) << Describe(one);
-  return ReadFile(one[0].out_path);
-}
-
-/// Starts dcp-scheduler over `trace_path` on 127.0.0.1:0 and returns its
-/// port once it serves (0 and a failure when it does not start).
-/// `extra` flags come last and so override the defaults here.
-int StartScheduler(const std::string& trace_path, const std::string& model_path,
-                   int world, int steps, std::vector<Child>& scheduler,
-                   const std::vector<std::string>& extra = {}) {
-  const std::string port_path =
-      TmpPath(absl::StrCat("scheduler-", world, ".port"));
-  std::vector<std::string> argv = {
-      Binary("scheduler/dcp-scheduler"),
+/// dcp-scheduler's flags for a job over `trace_path` of `world` ranks and
+/// `steps` steps; `extra` comes last and so overrides the defaults here.
+std::vector<std::string> SchedulerFlags(
+    const std::string& trace_path, const std::string& model_path, int world,
+    int steps, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> flags = {
       "--lengths=" + trace_path,
       "--model_config=" + model_path,
       absl::StrCat("--world_size=", world),
@@ -244,38 +131,9 @@ int StartScheduler(const std::string& trace_path, const std::string& model_path,
       absl::StrCat("--seed=", kSeed),
       absl::StrCat("--max_steps=", steps),
       "--lookahead_steps=4",
-      "--refit_every=16",
-      "--listen=127.0.0.1:0",
-      "--port_file=" + port_path};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  scheduler = {Spawn(absl::StrCat("scheduler-", world), argv)};
-  // The port file appears once the scheduler serves.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (true) {
-    int port = 0;
-    const std::string text = ReadFile(port_path);
-    if (!text.empty() &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) {
-      return port;
-    }
-    if (Poll(scheduler[0]) || absl::Now() > deadline) {
-      KillAll(scheduler);
-      ADD_FAILURE() << "the scheduler did not start:\n" << Describe(scheduler);
-      return 0;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-}
-
-/// Stops the scheduler with `dcp-ctl stop`; it must exit 0.
-void StopScheduler(const std::string& address, std::vector<Child>& scheduler) {
-  RunToEnd("ctl-stop",
-           {Binary("scheduler/dcp-ctl"), "--scheduler=" + address, "stop"});
-  if (!WaitAll(scheduler, absl::Now() + absl::Seconds(30))) {
-    KillAll(scheduler);
-    ADD_FAILURE() << "the scheduler did not stop:\n" << Describe(scheduler);
-  }
-  EXPECT_EQ(scheduler[0].exit_code, 0) << Describe(scheduler);
+      "--refit_every=16"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
 }
 
 // ---------------------------------------------------------------- checks
@@ -418,17 +276,6 @@ void CheckRun(const std::vector<RankLog>& logs,
   }
 }
 
-/// A number of a proto3 JSON (int64 fields are printed as strings).
-double JsonNumber(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  double value = 0;
-  if (j.is_string() && absl::SimpleAtod(j.get<std::string>(), &value)) {
-    return value;
-  }
-  ADD_FAILURE() << "not a number: " << j.dump();
-  return 0;
-}
-
 /// Whether some coefficient moved away from the initial value by more than
 /// a relative 1e-6.
 bool CoefficientsChanged(const std::map<std::string, double>& before,
@@ -463,17 +310,14 @@ TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
   ASSERT_TRUE(WriteFile(model_path, ModelJson(TinyModel())));
 
   std::vector<Child> scheduler;
-  const int port =
-      StartScheduler(trace_path, model_path, kWorld, kSteps, scheduler);
+  const int port = StartScheduler(
+      absl::StrCat("scheduler-", kWorld),
+      SchedulerFlags(trace_path, model_path, kWorld, kSteps), scheduler);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  const std::string ctl = Binary("scheduler/dcp-ctl");
 
   // Before any timing: the data-sheet model (CostModel::FromSpecs).
-  const nlohmann::json initial = nlohmann::json::parse(
-      RunToEnd("ctl-initial",
-               {ctl, "--scheduler=" + address, "--json", "status"}),
-      nullptr, false);
+  const nlohmann::json initial = CtlStatus("ctl-initial", address);
   ASSERT_FALSE(initial.is_discarded());
   EXPECT_EQ(JsonNumber(initial["refits"]), 0);
 
@@ -505,10 +349,7 @@ TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
   std::fprintf(stderr, "8 agents ran %d steps in %.1f s\n", kSteps,
                absl::ToDoubleSeconds(run_time));
 
-  const nlohmann::json status = nlohmann::json::parse(
-      RunToEnd("ctl-status",
-               {ctl, "--scheduler=" + address, "--json", "status"}),
-      nullptr, false);
+  const nlohmann::json status = CtlStatus("ctl-status", address);
   ASSERT_FALSE(status.is_discarded());
   EXPECT_EQ(JsonNumber(status["planned_steps"]), kSteps);
   EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
@@ -544,11 +385,13 @@ TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
   // refit comes from the profile.
   std::vector<Child> scheduler;
   const int port = StartScheduler(
-      trace_path, model_path, kProfileWorld, kProfileSteps, scheduler,
-      {"--refit_every=100000", "--profile_at_start", "--profile_timeout=60s"});
+      absl::StrCat("scheduler-", kProfileWorld),
+      SchedulerFlags(trace_path, model_path, kProfileWorld, kProfileSteps,
+                     {"--refit_every=100000", "--profile_at_start",
+                      "--profile_timeout=60s"}),
+      scheduler);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  const std::string ctl = Binary("scheduler/dcp-ctl");
 
   std::vector<Child> agents;
   for (int r = 0; r < kProfileWorld; ++r) {
@@ -580,10 +423,7 @@ TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
   // {1, 2, 4} (the divisors of 8 heads and 4 ranks within a 4-GPU node);
   // each group's first rank reports it: 4 + 2 + 1 groups.
   constexpr int kEntries = 3 * 2 * (4 + 2 + 1);
-  const nlohmann::json status = nlohmann::json::parse(
-      RunToEnd("ctl-profile-status",
-               {ctl, "--scheduler=" + address, "--json", "status"}),
-      nullptr, false);
+  const nlohmann::json status = CtlStatus("ctl-profile-status", address);
   ASSERT_FALSE(status.is_discarded());
   EXPECT_EQ(JsonNumber(status["completed_steps"]), kProfileSteps);
   EXPECT_EQ(JsonNumber(status["timing_reports"]),
@@ -723,79 +563,32 @@ TEST(ControlPlaneE2eTest, ServeModeAgentsFeedSidecarTrainers) {
   ASSERT_TRUE(WriteFile(trace_path, trace));
   ASSERT_TRUE(WriteFile(model_path, ModelJson(TinyModel())));
   std::vector<Child> scheduler;
-  const int port = StartScheduler(trace_path, model_path, kServeWorld,
-                                  kServeSteps, scheduler);
+  const int port = StartScheduler(
+      absl::StrCat("scheduler-", kServeWorld),
+      SchedulerFlags(trace_path, model_path, kServeWorld, kServeSteps),
+      scheduler);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
 
-  // Unix socket paths are short (108 bytes): not under TEST_TMPDIR, but in
-  // a directory of this run's own (sandboxes share /tmp and pids).
-  char dir[] = "/tmp/dcp-e2e-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  std::vector<std::string> sockets;
-  std::vector<Child> agents;
-  for (int r = 0; r < kServeWorld; ++r) {
-    sockets.push_back(absl::StrCat(dir, "/agent-", r, ".sock"));
-    agents.push_back(Spawn(
-        absl::StrCat("serve-agent-", r),
-        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
-         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kServeWorld),
-         "--mode=serve", "--socket=" + sockets[r]}));
-  }
-
-  std::vector<absl::Status> results(kServeWorld);
-  std::vector<std::vector<int64_t>> steps(kServeWorld);
-  std::vector<std::thread> trainers;
-  for (int r = 0; r < kServeWorld; ++r) {
-    trainers.emplace_back([&, r] {
-      ClientOptions options;
-      options.mode = ClientOptions::Mode::kSidecar;
-      options.agent_socket = sockets[r];
-      options.rank = r;
-      options.rpc_timeout = absl::Seconds(30);
-      options.step_timeout = absl::Seconds(30);
-      absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-      if (!client.ok()) {
-        results[r] = client.status();
-        return;
-      }
-      while (true) {
-        absl::StatusOr<Step> step = (*client)->NextStep();
-        if (!step.ok()) {
-          results[r] = step.status();
-          return;
-        }
-        if (step->drained) return;
-        steps[r].push_back(step->step);
-        absl::Status reported = (*client)->ReportStep(
-            *step, std::vector<double>(step->tasks.size(), 0.01));
-        if (!reported.ok()) {
-          results[r] = reported;
-          return;
-        }
-      }
-    });
-  }
-  for (std::thread& t : trainers) t.join();
+  ServingAgents serving = StartServingAgents("serve", address, kServeWorld, {});
+  ASSERT_FALSE(serving.dir.empty());
+  ClientOptions options;
+  options.rpc_timeout = absl::Seconds(30);
+  options.step_timeout = absl::Seconds(30);
+  const SidecarRun run = RunSidecarTrainers(serving.sockets, options);
   // The agents exit 0 once their trainer was told the job is drained.
-  if (!WaitAll(agents, absl::Now() + absl::Seconds(30))) {
-    KillAll(agents);
-    ADD_FAILURE() << "the serving agents did not exit:\n" << Describe(agents);
-  }
+  ExpectAllExit(serving.agents, absl::Now() + absl::Seconds(30),
+                "the serving agents did not exit");
   for (int r = 0; r < kServeWorld; ++r) {
-    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-    EXPECT_EQ(steps[r], std::vector<int64_t>({0, 1, 2, 3, 4, 5}));
-    EXPECT_EQ(agents[r].exit_code, 0) << Describe(agents);
+    EXPECT_TRUE(run.results[r].ok()) << "rank " << r << ": " << run.results[r];
+    EXPECT_EQ(run.steps[r], std::vector<int64_t>({0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(serving.agents[r].exit_code, 0) << Describe(serving.agents);
   }
-  const nlohmann::json status = nlohmann::json::parse(
-      RunToEnd("ctl-serve-status",
-               {Binary("scheduler/dcp-ctl"), "--scheduler=" + address, "--json",
-                "status"}),
-      nullptr, false);
+  const nlohmann::json status = CtlStatus("ctl-serve-status", address);
   ASSERT_FALSE(status.is_discarded());
   EXPECT_EQ(JsonNumber(status["timing_reports"]), kServeSteps * kServeWorld);
   StopScheduler(address, scheduler);
-  rmdir(dir);
+  rmdir(serving.dir.c_str());
 }
 
 }  // namespace

@@ -11,11 +11,7 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <map>
-#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,6 +24,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
+#include "tests/job_inputs.h"
+#include "tests/sidecar_trainers.h"
 
 namespace dcp {
 namespace {
@@ -36,44 +34,36 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing_process::Binary;
 using testing_process::Child;
+using testing_process::CtlStatus;
 using testing_process::Describe;
-using testing_process::KillAll;
+using testing_process::ExpectAllExit;
+using testing_process::JsonNumber;
+using testing_process::LcgTrace;
 using testing_process::ReadFile;
-using testing_process::RunToEnd;
+using testing_process::RunSidecarTrainers;
+using testing_process::ServingAgents;
+using testing_process::SidecarRun;
 using testing_process::Spawn;
 using testing_process::StartScheduler;
+using testing_process::StartServingAgents;
 using testing_process::StopScheduler;
+using testing_process::TinyModelJson;
 using testing_process::TmpPath;
-using testing_process::WaitAll;
 using testing_process::WriteFile;
 
 constexpr int kGpusPerNode = 4;
-
-/// A tiny transformer that is not built in (the agents cannot know its
-/// shape from its name): 8 heads, so groups of 1, 2 and 4 ranks.
-constexpr char kModelJson[] =
-    R"({"name": "tiny-serve", "layers": 1, "hidden": 256, "heads": 8,
-        "kv_heads": 8, "ffn": 512, "vocab": 1000, "causal": true})";
-
-/// A deterministic skewed trace, one length a line: mostly short samples,
-/// every tenth long enough to be split over a group.
-std::string Trace(int n) {
-  std::string out;
-  uint64_t x = 99;
-  for (int i = 0; i < n; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    const int64_t r = static_cast<int64_t>((x >> 33) % 1000);
-    absl::StrAppend(&out, r < 900 ? 64 + 2 * r : 8000 + 20 * r, "\n");
-  }
-  return out;
-}
 
 std::vector<std::string> SchedulerFlags(const std::string& name, int world,
                                         int steps, const std::string& timeout) {
   const std::string trace_path = TmpPath(name + "-trace.txt");
   const std::string model_path = TmpPath(name + "-model.json");
-  EXPECT_TRUE(WriteFile(trace_path, Trace(400)));
-  EXPECT_TRUE(WriteFile(model_path, kModelJson));
+  // A skewed trace: mostly short samples, every tenth long enough to be
+  // split over a group.
+  EXPECT_TRUE(WriteFile(trace_path, LcgTrace(400, 99, 1000, [](int d) {
+                          return d < 900 ? 64 + 2 * d : 8000 + 20 * d;
+                        })));
+  // 8 heads, so groups of 1, 2 and 4 ranks.
+  EXPECT_TRUE(WriteFile(model_path, TinyModelJson("tiny-serve")));
   return {"--lengths=" + trace_path, "--model_config=" + model_path,
           absl::StrCat("--world_size=", world),
           absl::StrCat("--gpus_per_node=", kGpusPerNode), "--window=32768",
@@ -85,109 +75,25 @@ std::vector<std::string> SchedulerFlags(const std::string& name, int world,
           "--profile_timeout=" + timeout};
 }
 
-/// Serve-mode agents for ranks 0..world-1 on sockets in a directory of
-/// this run's own (Unix socket paths are short: not under TEST_TMPDIR).
-/// An agent whose trainer is drained while it still warms a step's group
-/// (the trainers here form none, so a peer may be gone) waits for that
-/// formation up to `rendezvous_timeout` before it exits: callers wait
-/// longer than that for the agents.
-struct ServingAgents {
-  std::string dir;
-  std::vector<std::string> sockets;
-  std::vector<Child> agents;
-};
-
-ServingAgents StartServingAgents(const std::string& name,
-                                 const std::string& address, int world,
-                                 absl::Duration rendezvous_timeout,
-                                 const std::vector<std::string>& extra) {
-  ServingAgents out;
-  char dir[] = "/tmp/dcp-serve-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    ADD_FAILURE() << "mkdtemp failed";
-    return out;
-  }
-  out.dir = dir;
-  for (int r = 0; r < world; ++r) {
-    out.sockets.push_back(absl::StrCat(out.dir, "/agent-", r, ".sock"));
-    std::vector<std::string> argv = {
-        Binary("worker_agent/dcp-agent"),
-        "--scheduler=" + address,
-        absl::StrCat("--rank=", r),
-        absl::StrCat("--world_size=", world),
-        "--mode=serve",
-        "--socket=" + out.sockets.back(),
-        "--rendezvous_timeout=" + absl::FormatDuration(rendezvous_timeout)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
-  }
-  return out;
+/// Serve-mode agents for ranks 0..world-1. An agent whose trainer is
+/// drained while it still warms a step's group (the trainers here form
+/// none, so a peer may be gone) waits for that formation up to
+/// `rendezvous_timeout` before it exits: callers wait longer than that for
+/// the agents.
+ServingAgents StartAgents(const std::string& name, const std::string& address,
+                          int world, absl::Duration rendezvous_timeout,
+                          std::vector<std::string> extra) {
+  extra.insert(extra.begin(), "--rendezvous_timeout=" +
+                                  absl::FormatDuration(rendezvous_timeout));
+  return StartServingAgents(name, address, world, extra);
 }
 
-/// One sidecar trainer per socket until the job is drained: the steps each
-/// got, and how each ended.
-struct TrainerRun {
-  std::vector<std::vector<int64_t>> steps;
-  std::vector<absl::Status> results;
-};
-
-TrainerRun RunTrainers(const std::vector<std::string>& sockets) {
-  const int world = static_cast<int>(sockets.size());
-  TrainerRun run;
-  run.steps.resize(world);
-  run.results.resize(world);
-  std::vector<std::thread> trainers;
-  for (int r = 0; r < world; ++r) {
-    trainers.emplace_back([&, r] {
-      ClientOptions options;
-      options.mode = ClientOptions::Mode::kSidecar;
-      options.agent_socket = sockets[r];
-      options.rank = r;
-      options.rpc_timeout = absl::Seconds(60);
-      options.step_timeout = absl::Seconds(120);
-      absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-      if (!client.ok()) {
-        run.results[r] = client.status();
-        return;
-      }
-      while (true) {
-        absl::StatusOr<Step> step = (*client)->NextStep();
-        if (!step.ok()) {
-          run.results[r] = step.status();
-          return;
-        }
-        if (step->drained) return;
-        run.steps[r].push_back(step->step);
-        absl::Status reported = (*client)->ReportStep(
-            *step, std::vector<double>(step->tasks.size(), 0.01));
-        if (!reported.ok()) {
-          run.results[r] = reported;
-          return;
-        }
-      }
-    });
-  }
-  for (std::thread& t : trainers) t.join();
-  return run;
-}
-
-double JsonNumber(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  double value = 0;
-  if (j.is_string() && absl::SimpleAtod(j.get<std::string>(), &value)) {
-    return value;
-  }
-  ADD_FAILURE() << "not a number: " << j.dump();
-  return 0;
-}
-
-nlohmann::json Status(const std::string& name, const std::string& address) {
-  const nlohmann::json status = nlohmann::json::parse(
-      RunToEnd(name, {Binary("scheduler/dcp-ctl"), "--scheduler=" + address,
-                      "--json", "status"}),
-      nullptr, false);
-  EXPECT_FALSE(status.is_discarded());
-  return status;
+/// One sidecar trainer per socket until the job is drained.
+SidecarRun RunTrainers(const std::vector<std::string>& sockets) {
+  ClientOptions options;
+  options.rpc_timeout = absl::Seconds(60);
+  options.step_timeout = absl::Seconds(120);
+  return RunSidecarTrainers(sockets, options);
 }
 
 /// The entries the agent said it profiled ("profiled N entries"); -1 when
@@ -212,23 +118,20 @@ TEST(ServeProfileE2eTest, ServingAgentsAnswerTheProfileBeforeStepZero) {
       SchedulerFlags("serve-profile", kWorld, kSteps, "120s"), scheduler);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  const nlohmann::json initial = Status("ctl-initial", address);
+  const nlohmann::json initial = CtlStatus("ctl-initial", address);
   EXPECT_EQ(JsonNumber(initial["refits"]), 0);
 
   // The agents learn the model's shape from the same config file.
   const absl::Duration rendezvous_timeout = absl::Seconds(30);
-  ServingAgents serving = StartServingAgents(
-      "serve-profile", address, kWorld, rendezvous_timeout,
-      {"--model_config=" + TmpPath("serve-profile-model.json"),
-       "--token_scale=64"});
-  const TrainerRun run = RunTrainers(serving.sockets);
+  ServingAgents serving =
+      StartAgents("serve-profile", address, kWorld, rendezvous_timeout,
+                  {"--model_config=" + TmpPath("serve-profile-model.json"),
+                   "--token_scale=64"});
+  const SidecarRun run = RunTrainers(serving.sockets);
   // The agents exit 0 once their trainer was told the job is drained.
-  if (!WaitAll(serving.agents,
-               absl::Now() + 2 * rendezvous_timeout + absl::Seconds(30))) {
-    KillAll(serving.agents);
-    ADD_FAILURE() << "the serving agents did not exit:\n"
-                  << Describe(serving.agents);
-  }
+  ExpectAllExit(serving.agents,
+                absl::Now() + 2 * rendezvous_timeout + absl::Seconds(30),
+                "the serving agents did not exit");
   std::vector<int64_t> all_steps;
   for (int s = 0; s < kSteps; ++s) all_steps.push_back(s);
   for (int r = 0; r < kWorld; ++r) {
@@ -250,7 +153,7 @@ TEST(ServeProfileE2eTest, ServingAgentsAnswerTheProfileBeforeStepZero) {
   }
   EXPECT_EQ(profiled, kEntries);
 
-  const nlohmann::json status = Status("ctl-status", address);
+  const nlohmann::json status = CtlStatus("ctl-status", address);
   EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
   EXPECT_EQ(JsonNumber(status["timing_reports"]), kSteps * kWorld);
   EXPECT_EQ(JsonNumber(status["refits"]), 1);
@@ -287,15 +190,12 @@ TEST(ServeProfileE2eTest, WithoutTheModelServingAgentsSkipTheProfile) {
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
   const absl::Duration rendezvous_timeout = absl::Seconds(10);
-  ServingAgents serving = StartServingAgents("serve-noprofile", address, kWorld,
-                                             rendezvous_timeout, {});
-  const TrainerRun run = RunTrainers(serving.sockets);
-  if (!WaitAll(serving.agents,
-               absl::Now() + 2 * rendezvous_timeout + absl::Seconds(30))) {
-    KillAll(serving.agents);
-    ADD_FAILURE() << "the serving agents did not exit:\n"
-                  << Describe(serving.agents);
-  }
+  ServingAgents serving =
+      StartAgents("serve-noprofile", address, kWorld, rendezvous_timeout, {});
+  const SidecarRun run = RunTrainers(serving.sockets);
+  ExpectAllExit(serving.agents,
+                absl::Now() + 2 * rendezvous_timeout + absl::Seconds(30),
+                "the serving agents did not exit");
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_TRUE(run.results[r].ok()) << "rank " << r << ": " << run.results[r];
     EXPECT_EQ(run.steps[r], std::vector<int64_t>({0, 1})) << "rank " << r;
@@ -307,7 +207,7 @@ TEST(ServeProfileE2eTest, WithoutTheModelServingAgentsSkipTheProfile) {
     EXPECT_THAT(err, HasSubstr("--model_config"));
     EXPECT_EQ(ProfiledEntries(err), -1) << err;
   }
-  const nlohmann::json status = Status("ctl-noprofile-status", address);
+  const nlohmann::json status = CtlStatus("ctl-noprofile-status", address);
   EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
   EXPECT_EQ(JsonNumber(status["refits"]), 0);
   StopScheduler(address, scheduler);
@@ -324,9 +224,9 @@ TEST(ServeProfileE2eTest, AModelConfigThatDoesNotLoadFailsAtStartUp) {
       "serve-bad-model-agent",
       {Binary("worker_agent/dcp-agent"), "--scheduler=127.0.0.1:1", "--rank=0",
        "--mode=serve", "--model_config=" + missing, "--connect_timeout=60s"})};
-  if (!WaitAll(agent, absl::Now() + absl::Seconds(30))) {
-    KillAll(agent);
-    FAIL() << "the agent did not fail at start-up:\n" << Describe(agent);
+  if (!ExpectAllExit(agent, absl::Now() + absl::Seconds(30),
+                     "the agent did not fail at start-up")) {
+    return;
   }
   EXPECT_EQ(agent[0].exit_code, 1);
   const std::string err = ReadFile(agent[0].err_path);
