@@ -156,7 +156,9 @@ struct RankLog {
 };
 
 /// Parses an agent's execute-mode log (FormatExecutionLog).
-RankLog ParseLog(const std::string& text, int rank) {
+/// `synced`: the agent closed every step with a gradient sync (dcp-agent's
+/// execute mode), so every step line has a positive sync_seconds.
+RankLog ParseLog(const std::string& text, int rank, bool synced = false) {
   RankLog log;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
@@ -169,6 +171,7 @@ RankLog ParseLog(const std::string& text, int rank) {
     EXPECT_EQ(j.value("rank", -1), rank) << line;
     if (j.value("kind", "") == "step") {
       log.steps.push_back(j["step"].get<int64_t>());
+      if (synced) EXPECT_GT(j.value("sync_seconds", 0.0), 0.0) << line;
       EXPECT_EQ(j["tasks"].get<int>(),
                 std::count_if(log.tasks.begin(), log.tasks.end(),
                               [&](const TaskLine& t) {
@@ -359,13 +362,18 @@ TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
   EXPECT_TRUE(CoefficientsChanged(Coefficients(initial), Coefficients(status)))
       << "initial " << initial["coefficients"].dump() << "\nnow "
       << status["coefficients"].dump();
+  // The agents' gradient syncs (a Gloo all-reduce on the CPU) taught the
+  // scheduler a sync term other than the data sheet's.
+  EXPECT_NE(Coefficients(status)["grad_sync"],
+            Coefficients(initial)["grad_sync"]);
 
   StopScheduler(address, scheduler);
 
   std::vector<RankLog> logs;
   for (int r = 0; r < kWorld; ++r) {
-    logs.push_back(
-        ParseLog(ReadFile(TmpPath(absl::StrCat("agent-", r, ".jsonl"))), r));
+    logs.push_back(ParseLog(
+        ReadFile(TmpPath(absl::StrCat("agent-", r, ".jsonl"))), r,
+        /*synced=*/true));
   }
   CheckRun(logs, lengths, kSteps);
 }
