@@ -857,7 +857,7 @@ void Agent::ReportUnaryAsync(const v1::TimingReport& report,
   stub_->stub->async()->ReportTimings(
       &call->context, &call->report, &call->ack,
       [this, call, fallback, calls = async_calls_,
-       done = std::move(done)](grpc::Status grpc_status) {
+       done = std::move(done)](grpc::Status grpc_status) mutable {
         absl::Status status = FromGrpcStatus(grpc_status);
         const bool accepted = status.ok() || absl::IsAlreadyExists(status);
         if (!accepted) {
@@ -874,6 +874,10 @@ void Agent::ReportUnaryAsync(const v1::TimingReport& report,
           }
         }
         done(accepted ? absl::OkStatus() : status);
+        // The call's context holds a reference to the channel: dropped here,
+        // while the agent (which holds another) is surely alive, not when
+        // gRPC destroys this callback on its own thread.
+        call.reset();
         // Last: once the count is zero the agent may be destroyed.
         absl::MutexLock lock(&calls->mu);
         --calls->in_flight;

@@ -86,8 +86,6 @@ void ReportStream::OnReadDone(bool ok) {
 }
 
 void ReportStream::OnDone(const grpc::Status& status) {
-  // Declared first, destroyed last: this may be the last owner.
-  std::shared_ptr<ReportStream> self = std::move(self_);
   std::deque<Done> unanswered;
   {
     absl::MutexLock lock(&mu_);
@@ -99,7 +97,15 @@ void ReportStream::OnDone(const grpc::Status& status) {
       "the report stream ended before the scheduler answered (",
       status.error_code(), ": ", status.error_message(), ")"));
   for (Done& done : unanswered) done(why);
-  over_.Notify();
+  // The hold is dropped before waiters are told, not after: the client
+  // context keeps a reference to the channel, and an owner that destroys
+  // the channel once AwaitDone returns must not leave its last reference to
+  // be dropped here, on one of gRPC's own threads (gRPC cannot tear its
+  // callback threads down from one of them).
+  const std::shared_ptr<absl::Notification> over = over_;
+  std::shared_ptr<ReportStream> self = std::move(self_);
+  self.reset();  // May destroy this object: nothing of it is used below.
+  over->Notify();
 }
 
 }  // namespace dcp

@@ -62,10 +62,11 @@ class ReportStream final
   /// Whether the call ended (or is closing): `Send` refuses.
   bool ended() const;
 
-  /// Blocks until gRPC is done with the call (every `done` has run) or
-  /// `timeout` passed; returns whether it is done.
+  /// Blocks until gRPC is done with the call (every `done` has run, and
+  /// the call released its hold on this object) or `timeout` passed;
+  /// returns whether it is done.
   bool AwaitDone(absl::Duration timeout) const {
-    return over_.WaitForNotificationWithTimeout(timeout);
+    return over_->WaitForNotificationWithTimeout(timeout);
   }
 
   void OnWriteDone(bool ok) override;
@@ -91,7 +92,10 @@ class ReportStream final
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_done_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Notification over_;
+  /// Notified at the very end of `OnDone`, after the call dropped `self_`;
+  /// shared so that it outlives this object when that was the last owner.
+  const std::shared_ptr<absl::Notification> over_ =
+      std::make_shared<absl::Notification>();
   /// Keeps the call alive from `Open` until `OnDone`.
   std::shared_ptr<ReportStream> self_;
 };
