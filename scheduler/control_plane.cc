@@ -975,6 +975,12 @@ int64_t ControlPlane::PurgeStoreBefore(int64_t epoch) {
 
 v1::StatusResponse ControlPlane::Status() const {
   v1::StatusResponse out;
+  {
+    // Not under mu_: the store has its own lock, never nested with it.
+    absl::MutexLock store_lock(&store_mu_);
+    out.set_store_keys(static_cast<int64_t>(store_.size()));
+    out.set_store_bytes(store_bytes_);
+  }
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   out.set_session_id(session_id_);

@@ -834,6 +834,12 @@ TEST_F(ControlPlaneTest, StoreEnforcesItsLimits) {
       cp->StoreGet("sess", {"sess/e0/g2-3/id", "sess/e0/g0-1/id"});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, (std::vector<std::string>{"def", "xyz"}));
+  // Two keys (one replaced), keys plus values counted once each.
+  const v1::StatusResponse status = cp->Status();
+  EXPECT_EQ(status.store_keys(), 2);
+  EXPECT_EQ(status.store_bytes(),
+            2 * static_cast<int64_t>(std::string("sess/e0/g0-1/id").size() +
+                                     3));
 
   absl::Status s =
       cp->StoreGet("sess", {"sess/e0/g0-1/id", "sess/nope"}).status();

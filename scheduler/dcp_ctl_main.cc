@@ -46,6 +46,8 @@ std::string FormatStatus(const v1::StatusResponse& s) {
       &out, "steps   planned %d   completed %d   draining %s%s\n",
       s.planned_steps(), s.completed_steps(), s.draining() ? "yes" : "no",
       s.stopping() ? "   stopping" : "");
+  absl::StrAppendFormat(&out, "store   %d keys, %d bytes\n", s.store_keys(),
+                        s.store_bytes());
   absl::StrAppendFormat(
       &out,
       "model   task error %s (last refit %s -> %s)   step error %s (sync "

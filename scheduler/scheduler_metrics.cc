@@ -211,6 +211,15 @@ absl::Status SchedulerMetrics::Register() {
       "measured ones over the recent completed steps.",
       [](const v1::StatusResponse& s) { return s.step_error(); }));
   RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_store_keys",
+      "Keys in the rendezvous store (communicator formations in flight or "
+      "kept; purged per epoch).",
+      [](const v1::StatusResponse& s) { return s.store_keys(); }));
+  RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_store_bytes",
+      "Bytes of keys and values in the rendezvous store.",
+      [](const v1::StatusResponse& s) { return s.store_bytes(); }));
+  RETURN_IF_ERROR(AddStatusGauge(
       "dcp_scheduler_cost_model_sync_error_ratio",
       "The part of the step error the gradient-sync term accounts for: mean "
       "|predicted - measured sync| / measured step time over the recent "

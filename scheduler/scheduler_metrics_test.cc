@@ -47,6 +47,8 @@ v1::StatusResponse CannedStatus() {
   s.set_refits(3);
   s.set_step_error(0.125);
   s.set_sync_error(0.0625);
+  s.set_store_keys(6);
+  s.set_store_bytes(1234);
   s.set_refit_error_before(0.5);
   s.set_refit_error_after(0.2);
   s.set_observations(120);
@@ -135,6 +137,8 @@ TEST_F(SchedulerMetricsTest, ReadsTheStatusAtEveryScrape) {
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_step_error_ratio"), 0.125);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_sync_error_ratio"),
             0.0625);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_store_keys"), 6.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_store_bytes"), 1234.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_last_refit_task_error_ratio",
                        {{"fit", "before"}}),
             0.5);
