@@ -73,6 +73,9 @@ ABSL_FLAG(int, refit_every, 64,
           "Refit the cost model after this many new task observations.");
 ABSL_FLAG(int, observation_window, 512,
           "Most recent task observations a refit uses.");
+ABSL_FLAG(int, step_error_window, 64,
+          "Most recent completed steps whose predicted-vs-measured step time "
+          "error is averaged (the step error of logs, status and metrics).");
 ABSL_FLAG(int, sync_window, 64,
           "Most recent completed steps whose measured gradient sync the "
           "refits learn the sync term from.");
@@ -173,6 +176,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.observation_window = absl::GetFlag(FLAGS_observation_window);
   cp.prior_weight = absl::GetFlag(FLAGS_prior_weight);
   cp.sync_window = absl::GetFlag(FLAGS_sync_window);
+  cp.step_error_window = absl::GetFlag(FLAGS_step_error_window);
   cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   cp.profile_at_start = absl::GetFlag(FLAGS_profile_at_start);
   cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);

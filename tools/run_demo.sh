@@ -22,8 +22,12 @@
 # so the scheduler is told to trust them over its data-sheet prior
 # (--prior_weight=0.0001): its task error falls from ~99% to ~40-50% over
 # the refits (what is left is mostly the noise of eight processes timing
-# themselves while they share a few cores). The live part takes two to
-# four minutes on two cores.
+# themselves while they share a few cores). The step error is averaged over
+# the last 8 steps (--step_error_window=8), so it follows the predictions
+# of the refitted model rather than those of the first steps. Each step
+# ends with a gradient all-reduce over the 8 agents, whose time the
+# scheduler learns as its sync term. The live part takes three to five
+# minutes on two cores.
 #
 # Environment: DCP_DEMO_STEPS (default 40), DCP_DEMO_TOKEN_SCALE (default
 # 16: the agents divide sequence lengths by it so the CPU keeps up),
@@ -70,7 +74,7 @@ echo "   trace ${trace}, model ${model}, ${steps} steps, lengths / ${token_scale
   --world_size="${world}" --gpus_per_node=4 \
   --window=32768 --tokens_per_step=131072 \
   --max_steps="${steps}" --lookahead_steps=4 --refit_every=32 \
-  --prior_weight=0.0001 \
+  --prior_weight=0.0001 --step_error_window=8 \
   --listen=127.0.0.1:0 --port_file="${logs}/scheduler.port" \
   --metrics_listen=127.0.0.1:0 --metrics_port_file="${logs}/metrics.port" \
   2>"${logs}/scheduler.log" &
