@@ -137,59 +137,48 @@ absl::Status SchedulerMetrics::Register() {
             [](const v1::RankStatus& r) { return r.connected(); });
       }));
   // Lag statistics over the registered ranks; no sample while none is.
-  RETURN_IF_ERROR(r.AddCallbackFamily(
-      MetricType::kGauge, "dcp_scheduler_max_rank_lag_steps",
+  // Each is the `value` of the rank that comes first (max) or last by
+  // `key`.
+  using RankField = std::function<double(const v1::RankStatus&)>;
+  auto add_rank_gauge = [this, &r](const char* name, const char* help,
+                                   RankField key, bool max, RankField value) {
+    return r.AddCallbackFamily(
+        MetricType::kGauge, name, help, {},
+        [this, key = std::move(key), max, value = std::move(value)] {
+          return RankStatistic(
+              [&key](const v1::RankStatus& a, const v1::RankStatus& b) {
+                return key(a) < key(b);
+              },
+              max, value);
+        });
+  };
+  const RankField lag = [](const v1::RankStatus& r) {
+    return static_cast<double>(r.lag_steps());
+  };
+  RETURN_IF_ERROR(add_rank_gauge(
+      "dcp_scheduler_max_rank_lag_steps",
       "Largest lag of a registered rank: steps planned that it has not "
       "reported (the slowest rank's).",
-      {}, [this] {
-        return RankStatistic(
-            [](const v1::RankStatus& a, const v1::RankStatus& b) {
-              return a.lag_steps() < b.lag_steps();
-            },
-            /*max=*/true,
-            [](const v1::RankStatus& r) {
-              return static_cast<double>(r.lag_steps());
-            });
-      }));
-  RETURN_IF_ERROR(r.AddCallbackFamily(
-      MetricType::kGauge, "dcp_scheduler_min_rank_lag_steps",
+      lag, /*max=*/true, lag));
+  RETURN_IF_ERROR(add_rank_gauge(
+      "dcp_scheduler_min_rank_lag_steps",
       "Smallest lag of a registered rank (the fastest rank's); max - min is "
       "how far the fastest rank runs ahead of the slowest.",
-      {}, [this] {
-        return RankStatistic(
-            [](const v1::RankStatus& a, const v1::RankStatus& b) {
-              return a.lag_steps() < b.lag_steps();
-            },
-            /*max=*/false,
-            [](const v1::RankStatus& r) {
-              return static_cast<double>(r.lag_steps());
-            });
+      lag, /*max=*/false, lag));
+  RETURN_IF_ERROR(add_rank_gauge(
+      "dcp_scheduler_slowest_rank",
+      "The registered rank with the largest lag (the lowest on a tie).", lag,
+      /*max=*/true, [](const v1::RankStatus& r) {
+        return static_cast<double>(r.rank());
       }));
-  RETURN_IF_ERROR(r.AddCallbackFamily(
-      MetricType::kGauge, "dcp_scheduler_slowest_rank",
-      "The registered rank with the largest lag (the lowest on a tie).", {},
-      [this] {
-        return RankStatistic(
-            [](const v1::RankStatus& a, const v1::RankStatus& b) {
-              return a.lag_steps() < b.lag_steps();
-            },
-            /*max=*/true,
-            [](const v1::RankStatus& r) {
-              return static_cast<double>(r.rank());
-            });
-      }));
-  RETURN_IF_ERROR(r.AddCallbackFamily(
-      MetricType::kGauge, "dcp_scheduler_max_rank_idle_seconds",
+  const RankField idle = [](const v1::RankStatus& r) {
+    return r.idle_seconds();
+  };
+  RETURN_IF_ERROR(add_rank_gauge(
+      "dcp_scheduler_max_rank_idle_seconds",
       "Longest time since a registered rank registered, reported or was "
       "sent a step; a large value points at a stuck agent.",
-      {}, [this] {
-        return RankStatistic(
-            [](const v1::RankStatus& a, const v1::RankStatus& b) {
-              return a.idle_seconds() < b.idle_seconds();
-            },
-            /*max=*/true,
-            [](const v1::RankStatus& r) { return r.idle_seconds(); });
-      }));
+      idle, /*max=*/true, idle));
   RETURN_IF_ERROR(AddStatusCounter(
       "dcp_scheduler_timing_reports_total", "Timing reports accepted.",
       [](const v1::StatusResponse& s) { return s.timing_reports(); }));
