@@ -185,6 +185,9 @@ void Agent::Shutdown() {
       if (stream_context_ != nullptr) stream_context_->TryCancel();
     }
   }
+  // Formations under way finish first (their peers are connecting to us);
+  // then whatever still waits for peers is cancelled.
+  if (cache_ != nullptr) cache_->Quiesce(options_.shutdown_formation_grace);
   if (store_ != nullptr) store_->Cancel();
   absl::MutexLock lock(&join_mu_);
   // Not from the agent's own threads (a callback must not shut it down):

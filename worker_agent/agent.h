@@ -85,6 +85,10 @@ struct AgentOptions {
   /// before the agent gives up (NextStep then returns UNAVAILABLE). A
   /// reconnection that delivers a message resets the count.
   int max_reconnect_attempts = 8;
+  /// How long `Shutdown` lets the group formations under way finish before
+  /// it cancels them: peers still connecting to a member that leaves can be
+  /// aborted by Gloo (`CommunicatorCache::Quiesce`).
+  absl::Duration shutdown_formation_grace = absl::Seconds(2);
   /// Sleep before the first reconnection; doubles up to `max_backoff`.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);

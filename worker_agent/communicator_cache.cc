@@ -219,6 +219,17 @@ void CommunicatorCache::AbortAll() {
   }
 }
 
+bool CommunicatorCache::Quiesce(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  warm_queue_.clear();
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::none_of(entries_.begin(), entries_.end(), [](const auto& e) {
+      return e.second.state == State::kForming;
+    });
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
 CommunicatorCache::Stats CommunicatorCache::stats() const {
   absl::MutexLock lock(&mu_);
   Stats stats = stats_;

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker_agent/communicator.h"
 
 namespace dcp {
@@ -104,6 +105,13 @@ class CommunicatorCache {
 
   /// Aborts every group held and every group whose formation is under way.
   void AbortAll();
+
+  /// Drops the queued warm-ups and waits up to `timeout` for the formations
+  /// under way to end (formed or failed). Returns whether none is under way.
+  /// For a clean shutdown: a member that leaves while its peers are still
+  /// connecting to it can make Gloo abort their process (its TCP listener
+  /// throws on a connection closed before it was looked at).
+  bool Quiesce(absl::Duration timeout);
 
   Stats stats() const;
 

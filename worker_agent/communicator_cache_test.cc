@@ -214,6 +214,26 @@ TEST(CommunicatorCacheTest, WarmFormsInBackgroundAndGetWaitsForIt) {
   EXPECT_EQ(factory.calls(a), 1);
 }
 
+TEST(CommunicatorCacheTest, QuiesceWaitsForFormationsAndDropsQueuedOnes) {
+  FakeFactory factory;
+  CommunicatorCache cache(factory.AsFactory());
+  const CommKey a = Key({0, 1}, 0);
+  const CommKey b = Key({0, 2}, 0);
+  absl::Notification release_a;
+  factory.Gate(a, &release_a);
+  ASSERT_TRUE(cache.Warm({{a, "a/"}, {b, "b/"}}).ok());
+  ASSERT_TRUE(Eventually([&] { return factory.calls(a) == 1; }));
+  // `a` is forming: not quiet yet; `b` is dropped from the queue.
+  EXPECT_FALSE(cache.Quiesce(absl::Milliseconds(50)));
+  release_a.Notify();
+  EXPECT_TRUE(cache.Quiesce(absl::Seconds(5)));
+  EXPECT_EQ(cache.stats().warmed, 1);
+  EXPECT_EQ(factory.calls(b), 0);
+  // `b` forms on demand, as any group does.
+  EXPECT_TRUE(cache.Get(b, "b/").ok());
+  EXPECT_TRUE(cache.Quiesce(absl::ZeroDuration()));
+}
+
 TEST(CommunicatorCacheTest, FailedWarmUpIsReportedOnceThenFormedAgain) {
   FakeFactory factory;
   CommunicatorCache cache(factory.AsFactory(), {/*warm_in_background=*/false});
