@@ -626,15 +626,15 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
                      " has no rendezvous prefix: plans must come from a "
                      "scheduler to form communicators"));
   }
-  int64_t epoch = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("the agent is shut down");
-    epoch =
-        delivered_.has_value() ? delivered_->epoch() : registration_.epoch();
-  }
+  ASSIGN_OR_RETURN(const int64_t epoch, GroupEpoch());
   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch));
   return cache_->Get(key, group.rendezvous_prefix());
+}
+
+absl::StatusOr<int64_t> Agent::GroupEpoch() const {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the agent is shut down");
+  return delivered_.has_value() ? delivered_->epoch() : registration_.epoch();
 }
 
 absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
@@ -643,13 +643,7 @@ absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
     return absl::FailedPreconditionError(
         "a world of one rank has no data-parallel group");
   }
-  int64_t epoch = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("the agent is shut down");
-    epoch =
-        delivered_.has_value() ? delivered_->epoch() : registration_.epoch();
-  }
+  ASSIGN_OR_RETURN(const int64_t epoch, GroupEpoch());
   std::vector<int> ranks(world);
   std::iota(ranks.begin(), ranks.end(), 0);
   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch,
@@ -720,16 +714,20 @@ std::optional<absl::Status> Agent::ReportOnStream(
   if (!answer->done.WaitForNotificationWithTimeout(options_.rpc_timeout)) {
     return std::nullopt;  // ReportTimings: ALREADY_EXISTS if it got there.
   }
-  const absl::Status& status = answer->status;
-  if (status.ok() || absl::IsAlreadyExists(status)) {
+  return SettleStreamAnswer(answer->status, report.step());
+}
+
+std::optional<absl::Status> Agent::SettleStreamAnswer(
+    const absl::Status& answer, int64_t step) {
+  if (answer.ok() || absl::IsAlreadyExists(answer)) {
     absl::MutexLock lock(&mu_);
     ++stats_.reports_sent;
     return absl::OkStatus();
   }
-  if (absl::IsInvalidArgument(status)) {
-    return absl::Status(status.code(),
-                        absl::StrCat("reporting timings of step ",
-                                     report.step(), ": ", status.message()));
+  if (absl::IsInvalidArgument(answer)) {
+    return absl::Status(answer.code(),
+                        absl::StrCat("reporting timings of step ", step, ": ",
+                                     answer.message()));
   }
   return std::nullopt;
 }
@@ -811,17 +809,10 @@ void Agent::ReportTimingsAsync(const v1::TimingReport& report,
     const bool sent = stream->Send(
         report, [this, report, pending, calls = async_calls_](
                     absl::Status status) {
-          if (status.ok() || absl::IsAlreadyExists(status)) {
-            {
-              absl::MutexLock lock(&mu_);
-              ++stats_.reports_sent;
-            }
-            (*pending)(absl::OkStatus());
-          } else if (absl::IsInvalidArgument(status)) {
-            (*pending)(absl::Status(
-                status.code(), absl::StrCat("reporting timings of step ",
-                                            report.step(), ": ",
-                                            status.message())));
+          if (std::optional<absl::Status> settled =
+                  SettleStreamAnswer(status, report.step());
+              settled.has_value()) {
+            (*pending)(*std::move(settled));
           } else {
             // Not delivered (or a stale registration): one unary call.
             ReportUnaryAsync(report, std::move(*pending));

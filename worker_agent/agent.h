@@ -300,6 +300,16 @@ class Agent {
   /// rejection, or nullopt when ReportTimings should take over (no stream,
   /// the stream ended, no answer in time, any other answer).
   std::optional<absl::Status> ReportOnStream(const v1::TimingReport& report);
+  /// What a report stream's answer means for the caller: OK (taken, or
+  /// ALREADY_EXISTS; counted in `reports_sent`), an INVALID_ARGUMENT
+  /// rejection naming the step, or nullopt when ReportTimings should take
+  /// over.
+  std::optional<absl::Status> SettleStreamAnswer(const absl::Status& answer,
+                                                 int64_t step)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  /// The epoch of the last step handed out (the registration's before any):
+  /// the one groups are formed for. UNAVAILABLE after `Shutdown`.
+  absl::StatusOr<int64_t> GroupEpoch() const ABSL_LOCKS_EXCLUDED(mu_);
   /// One ReportTimings call without blocking (`ReportTimingsAsync` without
   /// the stream).
   void ReportUnaryAsync(const v1::TimingReport& report,
