@@ -20,24 +20,7 @@ using ::testing::HasSubstr;
 
 // 4 GPUs, 2 a node, 1e7 bytes each: the sharded states take 16*280000/4 =
 // 1.12e6 bytes, a token 10200 (r=0), 7000 (r=0.5) or 3800 (r=1) bytes.
-ClusterSpec SmallCluster() {
-  ClusterSpec c;
-  c.peak_flops = 1e12;
-  c.hbm_bytes = 1e7;
-  c.usable_fraction = 1.0;
-  c.gpus_per_node = 2;
-  c.intra_node_bw = 1e9;
-  c.intra_node_latency_s = 1e-6;
-  c.inter_node_bw = 1e8;
-  c.inter_node_latency_s = 2e-6;
-  c.gemm_eff_max = 0.5;
-  c.gemm_eff_half_tokens = 100;
-  c.attn_eff_max = 0.5;
-  c.attn_eff_half_tokens = 100;
-  c.overhead_per_layer_s = 1e-3;
-  c.grad_sync_bw = 1e9;
-  return c;
-}
+ClusterSpec SmallCluster() { return testing_data::RoundCluster(1e7); }
 
 ReferenceCluster Small() {
   return ReferenceCluster(SmallCluster(), TinyModel(), 4);

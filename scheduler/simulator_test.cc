@@ -10,24 +10,7 @@ namespace {
 
 using testing_data::TinyModel;
 
-ClusterSpec RoundCluster() {
-  ClusterSpec c;
-  c.peak_flops = 1e12;
-  c.hbm_bytes = 1e9;
-  c.usable_fraction = 1.0;
-  c.gpus_per_node = 2;
-  c.intra_node_bw = 1e9;
-  c.intra_node_latency_s = 1e-6;
-  c.inter_node_bw = 1e8;
-  c.inter_node_latency_s = 2e-6;
-  c.gemm_eff_max = 0.5;
-  c.gemm_eff_half_tokens = 100;
-  c.attn_eff_max = 0.5;
-  c.attn_eff_half_tokens = 100;
-  c.overhead_per_layer_s = 1e-3;
-  c.grad_sync_bw = 1e9;
-  return c;
-}
+ClusterSpec RoundCluster() { return testing_data::RoundCluster(1e9); }
 
 TEST(ReferenceClusterTest, SingleGpuTaskMatchesHandComputation) {
   ReferenceCluster cluster(RoundCluster(), TinyModel(), 4);

@@ -26,6 +26,27 @@ inline ModelSpec TinyModel() {
   return m;
 }
 
+/// A cluster with round numbers, 2 GPUs a node, for hand-checked figures
+/// with `TinyModel`; `hbm_bytes` of memory a GPU (all of it usable).
+inline ClusterSpec RoundCluster(double hbm_bytes) {
+  ClusterSpec c;
+  c.peak_flops = 1e12;
+  c.hbm_bytes = hbm_bytes;
+  c.usable_fraction = 1.0;
+  c.gpus_per_node = 2;
+  c.intra_node_bw = 1e9;
+  c.intra_node_latency_s = 1e-6;
+  c.inter_node_bw = 1e8;
+  c.inter_node_latency_s = 2e-6;
+  c.gemm_eff_max = 0.5;
+  c.gemm_eff_half_tokens = 100;
+  c.attn_eff_max = 0.5;
+  c.attn_eff_half_tokens = 100;
+  c.overhead_per_layer_s = 1e-3;
+  c.grad_sync_bw = 1e9;
+  return c;
+}
+
 /// A deterministic trace of `n` lengths from `seed`: 90% short (128-3724
 /// tokens), 10% long (8192-27992 tokens).
 inline std::vector<int32_t> SkewedTrace(int n, uint64_t seed) {
