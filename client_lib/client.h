@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "kernels/communicator.h"
+#include "comm/communicator.h"
 #include "worker_agent/agent.h"
 
 namespace dcp {

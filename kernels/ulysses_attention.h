@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kernels/communicator.h"
+#include "comm/communicator.h"
 
 namespace dcp {
 

@@ -15,9 +15,9 @@
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fake_communicator.h"
-#include "worker_agent/gloo_communicator.h"
-#include "worker_agent/rendezvous_store.h"
+#include "comm/fake_communicator.h"
+#include "comm/gloo_communicator.h"
+#include "comm/rendezvous_store.h"
 
 namespace dcp {
 namespace {

@@ -18,7 +18,7 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/scheduler_server.h"
+#include "scheduler/server/scheduler_server.h"
 
 namespace dcp {
 namespace {

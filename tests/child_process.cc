@@ -175,7 +175,7 @@ int StartScheduler(const std::string& name,
                    const std::vector<std::string>& flags,
                    std::vector<Child>& scheduler) {
   const std::string port_path = TmpPath(name + ".port");
-  std::vector<std::string> argv = {Binary("scheduler/dcp-scheduler")};
+  std::vector<std::string> argv = {Binary("scheduler/server/dcp-scheduler")};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back("--listen=127.0.0.1:0");
   argv.push_back("--port_file=" + port_path);
@@ -192,7 +192,7 @@ int StartScheduler(const std::string& name,
 
 void StopScheduler(const std::string& address, std::vector<Child>& scheduler) {
   RunToEnd("ctl-stop",
-           {Binary("scheduler/dcp-ctl"), "--scheduler=" + address, "stop"});
+           {Binary("scheduler/server/dcp-ctl"), "--scheduler=" + address, "stop"});
   ExpectAllExit(scheduler, absl::Now() + absl::Seconds(30),
                 "the scheduler did not stop");
   EXPECT_EQ(scheduler[0].exit_code, 0) << Describe(scheduler);
@@ -200,7 +200,7 @@ void StopScheduler(const std::string& address, std::vector<Child>& scheduler) {
 
 nlohmann::json CtlStatus(const std::string& name, const std::string& address) {
   nlohmann::json status = nlohmann::json::parse(
-      RunToEnd(name, {Binary("scheduler/dcp-ctl"), "--scheduler=" + address,
+      RunToEnd(name, {Binary("scheduler/server/dcp-ctl"), "--scheduler=" + address,
                       "--json", "status"}),
       nullptr, /*allow_exceptions=*/false);
   EXPECT_FALSE(status.is_discarded()) << name << " did not answer JSON";

@@ -19,7 +19,7 @@ namespace testing_process {
 /// `name` under the test's TEST_TMPDIR.
 std::string TmpPath(const std::string& name);
 /// A file of this workspace from the test's runfiles: a binary
-/// ("scheduler/dcp-ctl") or a data file the test lists in `data`.
+/// ("scheduler/server/dcp-ctl") or a data file the test lists in `data`.
 std::string Binary(const std::string& path);
 /// The whole file ("" when it cannot be read).
 std::string ReadFile(const std::string& path);

@@ -21,9 +21,9 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/plan.h"
-#include "scheduler/scheduler_server.h"
-#include "scheduler/step_builder.h"
+#include "scheduler/planner/plan.h"
+#include "scheduler/server/scheduler_server.h"
+#include "scheduler/planner/step_builder.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_service.h"
 

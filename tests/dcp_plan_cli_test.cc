@@ -19,9 +19,9 @@
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/plan.h"
-#include "scheduler/plan_io.h"
-#include "scheduler/simulator.h"
+#include "scheduler/planner/plan.h"
+#include "scheduler/eval/plan_io.h"
+#include "scheduler/eval/simulator.h"
 
 namespace dcp {
 namespace {
@@ -103,8 +103,8 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
   return result;
 }
 
-std::string DcpPlan() { return RunfilesRoot() + "/scheduler/dcp-plan"; }
-std::string DcpBench() { return RunfilesRoot() + "/scheduler/dcp-bench"; }
+std::string DcpPlan() { return RunfilesRoot() + "/scheduler/eval/dcp-plan"; }
+std::string DcpBench() { return RunfilesRoot() + "/scheduler/eval/dcp-bench"; }
 
 // A skewed trace: mostly short sequences, some medium, a few long ones
 // (some beyond the window, so truncation is exercised).

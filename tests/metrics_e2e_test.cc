@@ -26,7 +26,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/metrics_testing.h"
+#include "common/metrics/metrics_testing.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
@@ -172,7 +172,7 @@ TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
   // test watches) and two agents, every server on 127.0.0.1:0.
   scheduler = {
       Spawn("scheduler",
-            {Binary("scheduler/dcp-scheduler"), "--lengths=" + trace,
+            {Binary("scheduler/server/dcp-scheduler"), "--lengths=" + trace,
              "--model_config=" + model, absl::StrCat("--world_size=", kWorld),
              "--gpus_per_node=2", "--window=8192", "--tokens_per_step=16384",
              "--lookahead_steps=2", "--refit_every=8", "--prior_weight=0.0001",
@@ -310,7 +310,7 @@ TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
   // stream left, exits 0 on SIGTERM.
   std::vector<Child> drain = {
       Spawn("dcp-ctl-drain",
-            {Binary("scheduler/dcp-ctl"),
+            {Binary("scheduler/server/dcp-ctl"),
              absl::StrCat("--scheduler=127.0.0.1:", port), "drain"})};
   ASSERT_TRUE(WaitAll(drain, absl::Now() + kPatience))
       << Describe(drain, kStderrTail);

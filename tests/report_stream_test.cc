@@ -10,9 +10,9 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "scheduler/plan_proto.h"
-#include "scheduler/scheduler_server.h"
-#include "scheduler/test_data.h"
+#include "scheduler/planner/plan_proto.h"
+#include "scheduler/server/scheduler_server.h"
+#include "scheduler/planner/test_data.h"
 
 namespace dcp {
 namespace {

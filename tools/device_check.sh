@@ -7,7 +7,7 @@
 #
 # 1. nvidia-smi, nvcc and the NCCL headers, as found.
 # 2. The NCCL communicator's GPU test, built with --config=cuda
-#    (worker_agent/nccl_communicator_gpu_test.cc: one rank on GPU 0, more
+#    (comm/nccl_communicator_gpu_test.cc: one rank on GPU 0, more
 #    ranks when there are more GPUs).
 # 3. The plan-delivery benchmark at 256 and 1,024 agents with the host's
 #    cores (the fan-out pool on: --fanout_threads=-1 picks it on 8+ cores),
@@ -33,7 +33,7 @@ log "2. setup and the CUDA build"
 tools/setup.sh > "${out}/setup.txt" 2>&1 || log "setup failed (see setup.txt)"
 jobs="$(nproc)"
 timeout "$(left)" bazel test --config=cuda --jobs="${jobs}" -c opt \
-  --test_output=all //worker_agent:nccl_communicator_gpu_test \
+  --test_output=all //comm:nccl_communicator_gpu_test \
   > "${out}/nccl_gpu_test.txt" 2>&1
 log "nccl_communicator_gpu_test exit $?"
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED" "${out}/nccl_gpu_test.txt" |
@@ -41,8 +41,8 @@ grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED" "${out}/nccl_gpu_test.txt" 
 
 log "3. plan delivery with $(nproc) cores"
 timeout "$(left)" bazel build -c opt --jobs="${jobs}" \
-  //scheduler:plan_delivery_benchmark > "${out}/bench_build.txt" 2>&1
-bench=bazel-out/k8-opt/bin/scheduler/plan_delivery_benchmark
+  //scheduler/server:plan_delivery_benchmark > "${out}/bench_build.txt" 2>&1
+bench=bazel-out/k8-opt/bin/scheduler/server/plan_delivery_benchmark
 for pace in 100 0; do
   (($(left) > 60)) || { log "no time left for --step_ms=${pace}"; break; }
   timeout "$(($(left) - 10))" "${bench}" --agents=256,1024 --steps=100 \

@@ -44,13 +44,13 @@ model=data/models/tiny-llama.json
 trace=data/lengths/code.txt
 
 bazel build -c opt --curses=no --color=no \
-  //scheduler:dcp-scheduler //worker_agent:dcp-agent //scheduler:dcp-ctl \
-  //scheduler:dcp-bench
+  //scheduler/server:dcp-scheduler //worker_agent:dcp-agent //scheduler/server:dcp-ctl \
+  //scheduler/eval:dcp-bench
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 
 echo
 echo "== 1. the planner against the baselines (reference cluster model) =="
-"${bin}/scheduler/dcp-bench" --scenarios=all "$@"
+"${bin}/scheduler/eval/dcp-bench" --scenarios=all "$@"
 
 logs="${DCP_DEMO_DIR:-$(mktemp -d /tmp/dcp-demo.XXXXXX)}"
 mkdir -p "${logs}"
@@ -69,7 +69,7 @@ trap 'exit 130' INT TERM
 echo
 echo "== 2. a live job: dcp-scheduler + ${world} dcp-agents on 127.0.0.1 =="
 echo "   trace ${trace}, model ${model}, ${steps} steps, lengths / ${token_scale} on the CPU"
-"${bin}/scheduler/dcp-scheduler" \
+"${bin}/scheduler/server/dcp-scheduler" \
   --lengths="${trace}" --model_config="${model}" \
   --world_size="${world}" --gpus_per_node=4 \
   --window=32768 --tokens_per_step=131072 \
@@ -130,7 +130,7 @@ grep -h "done after" "${logs}"/agent-*.err
 
 echo
 echo "== 3. dcp-ctl status =="
-"${bin}/scheduler/dcp-ctl" --scheduler="${address}" status
+"${bin}/scheduler/server/dcp-ctl" --scheduler="${address}" status
 
 echo
 echo "== 4. Prometheus metrics: ${metrics_url} =="
@@ -141,7 +141,7 @@ if curl -sSf "${metrics_url}" >"${logs}/metrics.txt"; then
 else
   echo "run_demo: could not read ${metrics_url}" >&2
 fi
-"${bin}/scheduler/dcp-ctl" --scheduler="${address}" stop >/dev/null
+"${bin}/scheduler/server/dcp-ctl" --scheduler="${address}" stop >/dev/null
 failed=0
 wait "${scheduler_pid}" || failed=1
 pids=()

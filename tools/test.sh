@@ -2,7 +2,7 @@
 # Installs what is missing (tools/setup.sh), then builds and runs every test.
 #
 #   tools/test.sh                      # bazel test //...
-#   tools/test.sh //scheduler:all      # other targets (or extra bazel flags)
+#   tools/test.sh //scheduler/...       # other targets (or extra bazel flags)
 #
 # Ends with a line "N passed, N failed, N skipped" counted from Bazel's per-test lines,
 # and exits with Bazel's exit code. DCP_JOBS caps parallel actions (default:

@@ -21,10 +21,10 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/scheduler_service.grpc.pb.h"
-#include "worker_agent/communicator_cache.h"
-#include "worker_agent/gloo_communicator.h"
+#include "comm/communicator_cache.h"
+#include "comm/gloo_communicator.h"
 #include "worker_agent/report_stream.h"
-#include "worker_agent/scheduler_rendezvous_store.h"
+#include "comm/scheduler_rendezvous_store.h"
 
 namespace dcp {
 namespace {

@@ -16,11 +16,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "kernels/communicator.h"
+#include "comm/communicator.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
-#include "worker_agent/communicator.h"
-#include "worker_agent/rendezvous_store.h"
+#include "comm/comm_key.h"
+#include "comm/rendezvous_store.h"
 
 namespace grpc {
 class ChannelInterface;

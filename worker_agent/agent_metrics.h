@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/task_executor.h"
 

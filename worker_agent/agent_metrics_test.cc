@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/metrics.h"
-#include "common/metrics_testing.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

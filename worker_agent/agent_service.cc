@@ -44,8 +44,8 @@ class NextStepReactor final : public grpc::ServerUnaryReactor {
     // 0: answered inline. Otherwise only the side that removes the wait
     // finishes the call.
     if (id != 0 && agent_->CancelNextStep(id)) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "NextStep cancelled by the client"));
+      Finish(ToGrpcStatus(
+          absl::CancelledError("NextStep cancelled by the client")));
     }
   }
 

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
-#include "kernels/communicator.h"
+#include "comm/communicator.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 

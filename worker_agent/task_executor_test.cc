@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fake_communicator.h"
+#include "comm/fake_communicator.h"
 #include "nlohmann/json.hpp"
 
 namespace dcp {

@@ -1,0 +1,471 @@
+#include "scheduler/eval/baselines.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace dcp {
+namespace {
+
+bool IsValidGroupSize(const ReferenceCluster& cluster, int p) {
+  return p >= 1 && cluster.world_size() % p == 0 &&
+         cluster.model().heads % p == 0;
+}
+
+std::vector<int> BlockRanks(int block, int p) {
+  std::vector<int> ranks(p);
+  std::iota(ranks.begin(), ranks.end(), block * p);
+  return ranks;
+}
+
+struct Pack {
+  std::vector<int64_t> samples;
+  int64_t tokens = 0;
+};
+
+// Next-fit in the given order.
+std::vector<Pack> NextFit(const LengthView& lengths,
+                          absl::Span<const int64_t> samples, int64_t capacity) {
+  std::vector<Pack> packs;
+  for (int64_t id : samples) {
+    const int64_t len = lengths[id];
+    if (packs.empty() || packs.back().tokens + len > capacity) {
+      packs.emplace_back();
+    }
+    packs.back().samples.push_back(id);
+    packs.back().tokens += len;
+  }
+  return packs;
+}
+
+// Longest first; ties: smaller id first.
+void SortLongestFirst(const LengthView& lengths, std::vector<int64_t>& ids) {
+  std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
+    const int64_t la = lengths[a];
+    const int64_t lb = lengths[b];
+    return la != lb ? la > lb : a < b;
+  });
+}
+
+// First-fit decreasing by length.
+std::vector<Pack> FirstFitDecreasing(const LengthView& lengths,
+                                     std::vector<int64_t> samples,
+                                     int64_t capacity) {
+  SortLongestFirst(lengths, samples);
+  std::vector<Pack> packs;
+  for (int64_t id : samples) {
+    const int64_t len = lengths[id];
+    auto it = std::find_if(packs.begin(), packs.end(), [&](const Pack& p) {
+      return p.tokens + len <= capacity;
+    });
+    if (it == packs.end()) {
+      packs.emplace_back();
+      it = packs.end() - 1;
+    }
+    it->samples.push_back(id);
+    it->tokens += len;
+  }
+  return packs;
+}
+
+// A task's cost is a function of its total tokens plus a sum over its
+// sequences (attention), so a growing pack's cost can be updated in O(1):
+// TokenSeconds(T) + sum of SequenceAttentionSeconds(s_i).
+double TokenSeconds(const ReferenceCluster& cluster,
+                    absl::Span<const int> ranks, int64_t tokens,
+                    double recompute) {
+  const int64_t one[] = {tokens};
+  const ReferenceCluster::TaskCost c = cluster.Cost(ranks, one, recompute);
+  return c.total_s - c.attention_s;
+}
+
+double SequenceAttentionSeconds(const ReferenceCluster& cluster,
+                                absl::Span<const int> ranks, int64_t length,
+                                double recompute) {
+  const int64_t one[] = {length};
+  return cluster.Cost(ranks, one, recompute).attention_s;
+}
+
+double TaskSeconds(const ReferenceCluster& cluster, const LengthView& lengths,
+                   absl::Span<const int> ranks,
+                   absl::Span<const int64_t> samples, double recompute) {
+  std::vector<int64_t> seq;
+  seq.reserve(samples.size());
+  for (int64_t id : samples) seq.push_back(lengths[id]);
+  return cluster.Cost(ranks, seq, recompute).total_s;
+}
+
+absl::Status CheckSamples(const LengthView& lengths,
+                          absl::Span<const int64_t> samples) {
+  for (int64_t id : samples) {
+    if (id < 0 || id >= lengths.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample ", id, " is outside the length table of ",
+                       lengths.size(), " samples"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRecompute(double recompute) {
+  if (!(recompute >= 0.0 && recompute <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("recompute ", recompute, " is outside [0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
+// The recompute grid indices a tuner tries: the smallest feasible one, a few
+// above it, and the top (all layers recomputed).
+std::vector<int> GridCandidates(int smallest, int layers) {
+  std::vector<int> ks;
+  for (int step : {0, 1, 2, 4, 8}) {
+    if (smallest + step <= layers) ks.push_back(smallest + step);
+  }
+  if (ks.back() != layers) ks.push_back(layers);
+  return ks;
+}
+
+double GridRatio(int k, int layers) {
+  return static_cast<double>(k) / static_cast<double>(layers);
+}
+
+absl::StatusOr<double> TotalMakespan(
+    const ReferenceCluster& cluster, const LengthView& lengths,
+    absl::Span<const std::vector<int64_t>> steps,
+    const std::function<absl::StatusOr<StepPlan>(
+        int64_t, absl::Span<const int64_t>)>& plan_step) {
+  double total = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSIGN_OR_RETURN(StepPlan plan,
+                     plan_step(static_cast<int64_t>(i), steps[i]));
+    ASSIGN_OR_RETURN(StepReport report, ReplayStep(cluster, plan, lengths));
+    total += report.makespan_s;
+  }
+  return total;
+}
+
+}  // namespace
+
+int64_t MaxTokensPerGpu(const ReferenceCluster& cluster, double recompute) {
+  return MaxTokensPerTask(cluster, 1, recompute);
+}
+
+int64_t MaxTokensPerTask(const ReferenceCluster& cluster, int group_size,
+                         double recompute) {
+  const double cap = cluster.cluster().MemoryCap();
+  const double p = group_size;
+  const double fixed = cluster.MemoryBytes(0.0, recompute);
+  if (group_size < 1 || fixed > cap) return 0;
+  const double per_token = cluster.MemoryBytes(1.0, recompute) - fixed;
+  auto fits = [&](int64_t tokens) {
+    return cluster.MemoryBytes(static_cast<double>(tokens) / p, recompute) <=
+           cap;
+  };
+  // The closed form, then corrected for rounding against the exact check
+  // ReplayStep makes.
+  int64_t t = static_cast<int64_t>(std::floor(p * (cap - fixed) / per_token));
+  while (t > 0 && !fits(t)) --t;
+  while (fits(t + 1)) ++t;
+  return t;
+}
+
+std::vector<int> ValidGroupSizes(const ReferenceCluster& cluster) {
+  std::vector<int> sizes;
+  for (int p = 1; p <= cluster.world_size(); ++p) {
+    if (IsValidGroupSize(cluster, p)) sizes.push_back(p);
+  }
+  return sizes;
+}
+
+absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
+                                    const LengthView& lengths, int64_t step,
+                                    absl::Span<const int64_t> samples,
+                                    const StaticConfig& config, bool balanced) {
+  const int p = config.group_size;
+  if (!IsValidGroupSize(cluster, p)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("static config: group size ", p,
+                     " must divide the world size (", cluster.world_size(),
+                     ") and the head count (", cluster.model().heads, ")"));
+  }
+  RETURN_IF_ERROR(CheckRecompute(config.recompute));
+  const int64_t capacity = MaxTokensPerTask(cluster, p, config.recompute);
+  if (capacity < lengths.window()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "static config p=", p, ", recompute=", config.recompute,
+        ": a task holds at most ", capacity,
+        " tokens, less than the context window of ", lengths.window()));
+  }
+  RETURN_IF_ERROR(CheckSamples(lengths, samples));
+
+  StepPlan plan;
+  plan.step = step;
+  plan.samples.assign(samples.begin(), samples.end());
+  const int groups = cluster.world_size() / p;
+  std::vector<std::vector<Pack>> by_group(groups);
+  if (!balanced) {
+    std::vector<Pack> packs = NextFit(lengths, samples, capacity);
+    for (size_t i = 0; i < packs.size(); ++i) {
+      by_group[i % groups].push_back(std::move(packs[i]));
+    }
+  } else {
+    // Longest first, each sample to the group with the least simulated load,
+    // first-fit into that group's packs.
+    std::vector<int64_t> order(samples.begin(), samples.end());
+    SortLongestFirst(lengths, order);
+    std::vector<double> load(groups, 0.0);
+    // Per group and pack: the attention seconds so far and the cost.
+    std::vector<std::vector<double>> attention(groups), pack_cost(groups);
+    for (int64_t id : order) {
+      const int64_t len = lengths[id];
+      const int g = static_cast<int>(
+          std::min_element(load.begin(), load.end()) - load.begin());
+      const std::vector<int> ranks = BlockRanks(g, p);
+      std::vector<Pack>& packs = by_group[g];
+      size_t k = 0;
+      while (k < packs.size() && packs[k].tokens + len > capacity) ++k;
+      if (k == packs.size()) {
+        packs.emplace_back();
+        attention[g].push_back(0.0);
+        pack_cost[g].push_back(0.0);
+      }
+      packs[k].samples.push_back(id);
+      packs[k].tokens += len;
+      attention[g][k] +=
+          SequenceAttentionSeconds(cluster, ranks, len, config.recompute);
+      const double cost =
+          TokenSeconds(cluster, ranks, packs[k].tokens, config.recompute) +
+          attention[g][k];
+      load[g] += cost - pack_cost[g][k];
+      pack_cost[g][k] = cost;
+    }
+  }
+  for (int g = 0; g < groups; ++g) {
+    for (Pack& pack : by_group[g]) {
+      TaskPlan task;
+      task.ranks = BlockRanks(g, p);
+      task.samples = std::move(pack.samples);
+      task.recompute = config.recompute;
+      plan.tasks.push_back(std::move(task));
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<TunedStatic> TuneStatic(
+    const ReferenceCluster& cluster, const LengthView& lengths,
+    absl::Span<const std::vector<int64_t>> steps, bool balanced) {
+  if (steps.empty()) {
+    return absl::InvalidArgumentError("TuneStatic: no steps to tune on");
+  }
+  const int layers = cluster.model().layers;
+  TunedStatic best;
+  best.total_makespan_s = std::numeric_limits<double>::infinity();
+  int64_t largest_capacity = 0;
+  for (int p : ValidGroupSizes(cluster)) {
+    largest_capacity =
+        std::max(largest_capacity, MaxTokensPerTask(cluster, p, 1.0));
+    int smallest = -1;
+    for (int k = 0; k <= layers; ++k) {
+      if (MaxTokensPerTask(cluster, p, GridRatio(k, layers)) >=
+          lengths.window()) {
+        smallest = k;
+        break;
+      }
+    }
+    if (smallest < 0) continue;
+    for (int k : GridCandidates(smallest, layers)) {
+      const StaticConfig config{p, GridRatio(k, layers)};
+      ASSIGN_OR_RETURN(
+          double total,
+          TotalMakespan(cluster, lengths, steps,
+                        [&](int64_t step, absl::Span<const int64_t> samples) {
+                          return PlanStatic(cluster, lengths, step, samples,
+                                            config, balanced);
+                        }));
+      ++best.configs_tried;
+      if (total < best.total_makespan_s) {
+        best.config = config;
+        best.total_makespan_s = total;
+      }
+    }
+  }
+  if (best.configs_tried == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no static configuration fits the context window of ", lengths.window(),
+        " tokens: the largest task (every valid group size, "
+        "all layers recomputed) holds ",
+        largest_capacity, " tokens"));
+  }
+  return best;
+}
+
+int64_t DynamicCpCap(const ReferenceCluster& cluster,
+                     const DynamicCpOptions& options) {
+  const int64_t memory_cap = MaxTokensPerGpu(cluster, options.recompute);
+  if (options.tokens_per_rank_cap > 0) {
+    return std::min(memory_cap, options.tokens_per_rank_cap);
+  }
+  return memory_cap;
+}
+
+absl::StatusOr<int> DynamicCpGroupSize(const ReferenceCluster& cluster,
+                                       int64_t length, int64_t cap) {
+  if (cap < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic CP: the per-GPU cap is ", cap,
+        " tokens; not even the sharded model states fit the memory"));
+  }
+  const int64_t need = std::max<int64_t>(1, (length + cap - 1) / cap);
+  int64_t p = 1;
+  while (p < need) p *= 2;
+  for (int q : ValidGroupSizes(cluster)) {
+    if (q >= p) return q;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dynamic CP: a sequence of ", length, " tokens at ", cap,
+      " tokens per GPU needs a group of ", p,
+      " or more GPUs; no valid group size (dividing the world size ",
+      cluster.world_size(), " and the head count ", cluster.model().heads,
+      ") is that large"));
+}
+
+absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
+                                       const LengthView& lengths, int64_t step,
+                                       absl::Span<const int64_t> samples,
+                                       const DynamicCpOptions& options) {
+  RETURN_IF_ERROR(CheckRecompute(options.recompute));
+  if (options.tokens_per_rank_cap < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dynamic CP: tokens_per_rank_cap must be >= 0, got ",
+                     options.tokens_per_rank_cap));
+  }
+  const int64_t cap = DynamicCpCap(cluster, options);
+  // The configuration must be able to run any step, so the window decides.
+  RETURN_IF_ERROR(DynamicCpGroupSize(cluster, lengths.window(), cap).status());
+  RETURN_IF_ERROR(CheckSamples(lengths, samples));
+
+  struct Task {
+    int p;
+    std::vector<int64_t> samples;
+    double cost;
+  };
+  std::vector<Task> tasks;
+  std::vector<int64_t> singles;
+  for (int64_t id : samples) {
+    ASSIGN_OR_RETURN(int p, DynamicCpGroupSize(cluster, lengths[id], cap));
+    if (p == 1) {
+      singles.push_back(id);
+    } else {
+      tasks.push_back({p, {id}, 0.0});
+    }
+  }
+  for (Pack& pack : FirstFitDecreasing(lengths, std::move(singles), cap)) {
+    tasks.push_back({1, std::move(pack.samples), 0.0});
+  }
+  for (Task& task : tasks) {
+    task.cost = TaskSeconds(cluster, lengths, BlockRanks(0, task.p),
+                            task.samples, options.recompute);
+  }
+  std::stable_sort(
+      tasks.begin(), tasks.end(),
+      [](const Task& a, const Task& b) { return a.cost > b.cost; });
+
+  StepPlan plan;
+  plan.step = step;
+  plan.samples.assign(samples.begin(), samples.end());
+  std::vector<double> free_at(cluster.world_size(), 0.0);
+  for (Task& task : tasks) {
+    // Aligned blocks of one size differ in cost only by whether they span
+    // nodes.
+    double cost_by_span[2] = {-1.0, -1.0};
+    int best_block = -1;
+    double best_end = std::numeric_limits<double>::infinity();
+    for (int b = 0; b < cluster.world_size() / task.p; ++b) {
+      const std::vector<int> ranks = BlockRanks(b, task.p);
+      double start = 0;
+      for (int r : ranks) start = std::max(start, free_at[r]);
+      double& cost = cost_by_span[cluster.IntraNode(ranks) ? 0 : 1];
+      if (cost < 0) {
+        cost = TaskSeconds(cluster, lengths, ranks, task.samples,
+                           options.recompute);
+      }
+      const double end = start + cost;
+      if (end < best_end) {
+        best_end = end;
+        best_block = b;
+      }
+    }
+    TaskPlan out;
+    out.ranks = BlockRanks(best_block, task.p);
+    for (int r : out.ranks) free_at[r] = best_end;
+    out.samples = std::move(task.samples);
+    out.recompute = options.recompute;
+    plan.tasks.push_back(std::move(out));
+  }
+  return plan;
+}
+
+absl::StatusOr<TunedDynamicCp> TuneDynamicCp(
+    const ReferenceCluster& cluster, const LengthView& lengths,
+    absl::Span<const std::vector<int64_t>> steps) {
+  if (steps.empty()) {
+    return absl::InvalidArgumentError("TuneDynamicCp: no steps to tune on");
+  }
+  const int layers = cluster.model().layers;
+  int smallest = -1;
+  for (int k = 0; k <= layers && smallest < 0; ++k) {
+    const DynamicCpOptions options{GridRatio(k, layers), 0};
+    if (DynamicCpGroupSize(cluster, lengths.window(),
+                           DynamicCpCap(cluster, options))
+            .ok()) {
+      smallest = k;
+    }
+  }
+  if (smallest < 0) {
+    absl::Status why = DynamicCpGroupSize(cluster, lengths.window(),
+                                          MaxTokensPerGpu(cluster, 1.0))
+                           .status();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic CP cannot fit the context window of ", lengths.window(),
+        " tokens even with every layer recomputed: ", why.message()));
+  }
+  TunedDynamicCp best;
+  best.total_makespan_s = std::numeric_limits<double>::infinity();
+  for (int k : GridCandidates(smallest, layers)) {
+    // The per-rank token cap is tuned too: a smaller cap splits long
+    // sequences over larger groups, which can balance better.
+    const int64_t memory_cap =
+        DynamicCpCap(cluster, DynamicCpOptions{GridRatio(k, layers), 0});
+    for (int64_t cap : {memory_cap, memory_cap / 2, memory_cap / 4}) {
+      const DynamicCpOptions options{GridRatio(k, layers), cap};
+      if (cap <= 0 ||
+          !DynamicCpGroupSize(cluster, lengths.window(), cap).ok()) {
+        continue;
+      }
+      ASSIGN_OR_RETURN(
+          double total,
+          TotalMakespan(cluster, lengths, steps,
+                        [&](int64_t step, absl::Span<const int64_t> samples) {
+                          return PlanDynamicCp(cluster, lengths, step, samples,
+                                               options);
+                        }));
+      ++best.configs_tried;
+      if (total < best.total_makespan_s) {
+        best.options = options;
+        best.total_makespan_s = total;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace dcp

@@ -1,0 +1,157 @@
+#ifndef DCP_SCHEDULER_EVAL_BASELINES_H_
+#define DCP_SCHEDULER_EVAL_BASELINES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "scheduler/planner/plan.h"
+#include "scheduler/eval/simulator.h"
+
+// The baselines the dcp planner is compared with. They plan the same steps
+// and are judged the same way, by `ReplayStep` on the `ReferenceCluster`.
+// Unlike the planner they read the reference cluster's costs directly, which
+// only favours them.
+//
+// Common rules: a group of size p is an aligned block of ranks
+// [k*p, (k+1)*p) and p divides both the head count and the world size;
+// recompute ratios are multiples of 1/layers; every plan keeps each task's
+// memory within the cap. All functions are pure and thread-safe.
+
+namespace dcp {
+
+/// The largest number of tokens per GPU whose memory
+/// (`ReferenceCluster::MemoryBytes`) fits the cap at `recompute`; 0 when not
+/// even the sharded model states fit.
+int64_t MaxTokensPerGpu(const ReferenceCluster& cluster, double recompute);
+
+/// The largest number of tokens a task of `group_size` GPUs can hold at
+/// `recompute`: the largest T with MemoryBytes(T / group_size) within the
+/// cap, i.e. floor(group_size * max tokens per GPU).
+int64_t MaxTokensPerTask(const ReferenceCluster& cluster, int group_size,
+                         double recompute);
+
+/// The group sizes allowed on `cluster`: the common divisors of the head
+/// count and the world size, ascending.
+std::vector<int> ValidGroupSizes(const ReferenceCluster& cluster);
+
+/// A fixed sequence-parallel configuration: every task uses `group_size`
+/// ranks and recompute ratio `recompute`.
+struct StaticConfig {
+  int group_size = 1;
+  double recompute = 0.0;
+};
+
+/// Plans one step with a static configuration.
+///
+/// Samples are packed into micro-batches ("packs") of at most
+/// C = MaxTokensPerTask(group_size, recompute) tokens run by the W/p groups:
+///  - `balanced = false` ("static_packed"): next-fit in the order of
+///    `samples`, packs dealt round-robin to the groups in order;
+///  - `balanced = true` ("static_balanced"): longest sample first, each
+///    sample goes to the group with the least simulated load so far and
+///    first-fit into that group's packs (first-fit decreasing per group,
+///    longest-processing-time across groups). Dealing whole first-fit
+///    decreasing packs instead leaves groups idle whenever a step has fewer
+///    packs than groups, and then loses to the in-order variant.
+/// Tasks are emitted group by group, each group's packs in order.
+///
+/// INVALID_ARGUMENT when the group size does not divide the head count and
+/// the world size, the recompute ratio is outside [0, 1], or C is below the
+/// context window (the configuration could not run the longest sequence);
+/// the message names the configuration, C and the window.
+///
+///   ASSIGN_OR_RETURN(StepPlan plan,
+///                    PlanStatic(cluster, lengths, 0, step_samples,
+///                               {.group_size = 4, .recompute = 0.25},
+///                               /*balanced=*/true));
+absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
+                                    const LengthView& lengths, int64_t step,
+                                    absl::Span<const int64_t> samples,
+                                    const StaticConfig& config, bool balanced);
+
+/// The outcome of a tuning: the configuration and its total replayed
+/// makespan over the tuning steps.
+struct TunedStatic {
+  StaticConfig config;
+  double total_makespan_s = 0;
+  /// How many configurations were planned and replayed.
+  int configs_tried = 0;
+};
+
+/// The "tuned static configuration": the feasible (p, r) with the least
+/// total replayed makespan of `PlanStatic(..., balanced)` over `steps`
+/// (step i gets step number i).
+///
+/// For every valid group size p it tries the smallest recompute ratio on
+/// the 1/layers grid whose task capacity reaches the context window, plus
+/// the grid values 1, 2, 4 and 8 steps above it and 1 (more recompute never
+/// helps except through fewer, larger packs). Ties go to the smaller p, then
+/// the smaller r. INVALID_ARGUMENT when `steps` is empty or no configuration
+/// fits the window (the message names the window and the largest task
+/// capacity); a replay error is returned as is.
+absl::StatusOr<TunedStatic> TuneStatic(
+    const ReferenceCluster& cluster, const LengthView& lengths,
+    absl::Span<const std::vector<int64_t>> steps, bool balanced);
+
+/// Megatron-style dynamic context parallelism.
+struct DynamicCpOptions {
+  /// Recompute ratio of every task, in [0, 1].
+  double recompute = 0.0;
+  /// Tokens per GPU a task may hold; 0 or more than the memory allows means
+  /// the memory limit (`MaxTokensPerGpu` at `recompute`).
+  int64_t tokens_per_rank_cap = 0;
+};
+
+/// The tokens-per-GPU cap `options` give on `cluster`.
+int64_t DynamicCpCap(const ReferenceCluster& cluster,
+                     const DynamicCpOptions& options);
+
+/// The group size dynamic CP gives a sequence of `length` tokens under a
+/// per-GPU cap: the next power of two of ceil(length / cap) (at least 1),
+/// or, when that is not a valid group size, the smallest valid one above
+/// it. INVALID_ARGUMENT when there is none.
+absl::StatusOr<int> DynamicCpGroupSize(const ReferenceCluster& cluster,
+                                       int64_t length, int64_t cap);
+
+/// Plans one step with dynamic context parallelism.
+///
+/// Each sample gets `DynamicCpGroupSize`; samples of group size 1 are packed
+/// first-fit decreasing into packs of at most `cap` tokens, every other
+/// sample is a task of its own. Tasks, sorted by simulated cost (largest
+/// first), are placed greedily: each goes to the aligned block of its size
+/// where it would finish earliest (on the reference cluster all aligned
+/// blocks of one size cost the same, so that is the block whose ranks become
+/// free earliest; ties go to the lowest block). The execution order is the
+/// placement order.
+///
+/// INVALID_ARGUMENT when the options are invalid or a sample (or the
+/// context window) needs a group larger than any valid one.
+absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
+                                       const LengthView& lengths, int64_t step,
+                                       absl::Span<const int64_t> samples,
+                                       const DynamicCpOptions& options);
+
+/// The outcome of `TuneDynamicCp`.
+struct TunedDynamicCp {
+  DynamicCpOptions options;
+  double total_makespan_s = 0;
+  int configs_tried = 0;
+};
+
+/// Dynamic CP with the best recompute ratio and token cap: tries, on the
+/// 1/layers grid, the smallest ratio at which a sequence as long as the
+/// context window has a valid group size (memory cap, no extra cap), plus the
+/// grid values 1, 2, 4 and 8 steps above it and 1; for each, the memory cap
+/// and half and a quarter of it (where the window still fits); and returns
+/// the one with the least total replayed makespan over `steps` (ties: the
+/// smaller ratio, then the larger cap).
+/// INVALID_ARGUMENT when `steps` is empty or no ratio fits the window.
+absl::StatusOr<TunedDynamicCp> TuneDynamicCp(
+    const ReferenceCluster& cluster, const LengthView& lengths,
+    absl::Span<const std::vector<int64_t>> steps);
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_EVAL_BASELINES_H_

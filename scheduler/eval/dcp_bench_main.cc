@@ -1,0 +1,167 @@
+// dcp-bench: every planner on the reference scenarios, as a table.
+//
+//   dcp-bench --scenarios=all          # A, B, C, D of the issue tracker
+//   dcp-bench --scenarios=A,D --json   # machine-readable
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/cli/job_config.h"
+#include "scheduler/eval/evaluation.h"
+
+ABSL_FLAG(std::string, scenarios, "all",
+          "Comma-separated scenario names (A, B, C, D) or 'all'.");
+ABSL_FLAG(std::string, data_dir, "data/lengths",
+          "Folder of the bundled traces.");
+ABSL_FLAG(int, steps, 20, "Steps per scenario.");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
+ABSL_FLAG(bool, json, false, "Print JSON instead of a table.");
+
+namespace dcp {
+namespace {
+
+struct Scenario {
+  const char* name;
+  const char* model;
+  int world_size;
+  const char* trace;
+  int64_t window;
+  int64_t tokens_per_step;
+};
+
+// The reference scenarios (20 steps, seed 0 by default).
+constexpr Scenario kScenarios[] = {
+    {"A", "llama3-8b", 32, "wikipedia.txt", 131072, 2097152},
+    {"B", "llama3-8b", 32, "longctx_wlb.txt", 524288, 4194304},
+    {"C", "dit-video-1.3b", 32, "video_balanced.txt", 262144, 4194304},
+    {"D", "llama3-70b", 64, "wikipedia.txt", 524288, 4194304},
+};
+
+int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
+
+absl::Status Run() {
+  const char* wd_env = std::getenv("BUILD_WORKING_DIRECTORY");
+  const std::string wd = wd_env == nullptr ? "" : wd_env;
+  std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  // Under `bazel run` the bundled traces are in the runfiles, which is the
+  // working directory; a user's own folder is relative to theirs.
+  if (data_dir != "data/lengths") data_dir = ResolvePath(data_dir, wd);
+  std::vector<std::string> wanted;
+  if (absl::GetFlag(FLAGS_scenarios) != "all") {
+    wanted = absl::StrSplit(absl::GetFlag(FLAGS_scenarios), ',');
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) {
+    std::printf("%-3s %-16s %-13s %5s %8s %9s %9s %8s %8s %8s\n", "", "planner",
+                "model", "GPUs", "step_s", "tok/s/GPU", "x_lower", "vs_stat",
+                "vs_bal", "vs_dcp");
+  }
+  int ran = 0;
+  for (const Scenario& sc : kScenarios) {
+    if (!wanted.empty() &&
+        std::find(wanted.begin(), wanted.end(), sc.name) == wanted.end()) {
+      continue;
+    }
+    ++ran;
+    EvaluationOptions options;
+    ASSIGN_OR_RETURN(options.model, BuiltinModel(sc.model));
+    options.world_size = sc.world_size;
+    options.window = sc.window;
+    options.tokens_per_step = sc.tokens_per_step;
+    options.steps = absl::GetFlag(FLAGS_steps);
+    options.seed = absl::GetFlag(FLAGS_seed);
+    options.now_ns = NowNs;
+    ASSIGN_OR_RETURN(
+        std::vector<int32_t> lengths,
+        LoadLengths(absl::StrCat(data_dir, "/", sc.trace), "text", ""));
+    LengthView view(lengths, options.window);
+    ASSIGN_OR_RETURN(EvaluationResult r, Evaluate(view, options));
+
+    std::vector<const PlannerFigures*> all = {&r.dcp};
+    for (const PlannerFigures& b : r.baselines) all.push_back(&b);
+    for (const PlannerFigures* f : all) {
+      const double step_s = f->makespan_s / r.steps;
+      const double tps = r.tokens / f->makespan_s / sc.world_size;
+      const double ratio = f->makespan_s / r.lower_bound_s;
+      double vs[3] = {0, 0, 0};
+      for (size_t b = 0; b < r.baselines.size() && b < 3; ++b) {
+        vs[b] = r.baselines[b].makespan_s / f->makespan_s;
+      }
+      if (json) {
+        nlohmann::json row = {{"scenario", sc.name},
+                              {"planner", f->name},
+                              {"model", sc.model},
+                              {"gpus", sc.world_size},
+                              {"trace", sc.trace},
+                              {"steps", r.steps},
+                              {"step_s", step_s},
+                              {"tokens_per_s_per_gpu", tps},
+                              {"ratio_to_lower_bound", ratio},
+                              {"speedup_over_static_packed", vs[0]},
+                              {"speedup_over_static_balanced", vs[1]},
+                              {"speedup_over_dynamic_cp", vs[2]}};
+        if (f == &r.dcp) {
+          row["plan_ms_p50"] = Percentile(r.plan_ms, 50);
+          row["plan_ms_max"] = Percentile(r.plan_ms, 100);
+          row["prediction_error"] = r.prediction_error;
+        }
+        out.push_back(row);
+      } else {
+        std::printf(
+            "%-3s %-16s %-13s %5d %8.3f %9.0f %9.4f %8.3f %8.3f %8.3f\n",
+            sc.name, f->name.c_str(), sc.model, sc.world_size, step_s, tps,
+            ratio, vs[0], vs[1], vs[2]);
+      }
+    }
+    if (!json) {
+      std::printf(
+          "    lower bound %.3f s/step; dcp planning p50 %.2f ms, max %.2f ms; "
+          "static p=%d r=%.3f, balanced p=%d r=%.3f, dynamic-cp r=%.3f\n",
+          r.lower_bound_s / r.steps, Percentile(r.plan_ms, 50),
+          Percentile(r.plan_ms, 100), r.static_packed_config.group_size,
+          r.static_packed_config.recompute, r.static_balanced_config.group_size,
+          r.static_balanced_config.recompute, r.dynamic_cp_config.recompute);
+    }
+  }
+  if (ran == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no scenario matches --scenarios=", absl::GetFlag(FLAGS_scenarios),
+        "; known: A, B, C, D"));
+  }
+  if (json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf(
+        "step_s: mean step time on the reference cluster model "
+        "(docs/COST_MODEL.md); x_lower: ratio to its lower bound; vs_*: "
+        "speedup over static packed, static balanced and dynamic CP.\n");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dcp
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs the dcp planner and the baselines on the reference scenarios.");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = dcp::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "dcp-bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

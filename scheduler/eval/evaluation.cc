@@ -1,0 +1,153 @@
+#include "scheduler/eval/evaluation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/eval/simulator.h"
+#include "scheduler/planner/step_builder.h"
+
+namespace dcp {
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(p / 100.0 * values.size());
+  const size_t index = static_cast<size_t>(
+      std::clamp(rank, 1.0, static_cast<double>(values.size())));
+  return values[index - 1];
+}
+
+namespace {
+
+absl::Status AsInternal(const absl::Status& s, const std::string& who) {
+  return absl::InternalError(absl::StrCat(
+      who, " produced a plan the reference cluster rejects: ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
+                                          const EvaluationOptions& options) {
+  if (!options.now_ns) {
+    return absl::InvalidArgumentError("Evaluate needs a clock (now_ns)");
+  }
+  if (options.steps <= 0) {
+    return absl::InvalidArgumentError("steps must be positive");
+  }
+  RETURN_IF_ERROR(ValidateModelSpec(options.model));
+  StepBuilderOptions step_options;
+  step_options.tokens_per_step = options.tokens_per_step;
+  step_options.seed = options.seed;
+  step_options.lookahead_steps = options.balance_steps;
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> steps,
+                   BuildSteps(lengths, step_options, options.steps));
+
+  ReferenceCluster cluster(options.cluster, options.model, options.world_size);
+  PlannerOptions planner_options = options.planner;
+  planner_options.world_size = options.world_size;
+  CostModel model = options.cost_model.has_value()
+                        ? *options.cost_model
+                        : CostModel::FromSpecs(options.cluster, options.model,
+                                               options.world_size);
+  ASSIGN_OR_RETURN(Planner planner, Planner::Create(model, planner_options));
+
+  EvaluationResult result;
+  result.steps = static_cast<int>(steps.size());
+  result.dcp.name = "dcp";
+  double error_sum = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const int64_t start = options.now_ns();
+    ASSIGN_OR_RETURN(StepPlan plan, planner.PlanStep(static_cast<int64_t>(i),
+                                                     steps[i], lengths));
+    result.plan_ms.push_back((options.now_ns() - start) / 1e6);
+    absl::StatusOr<StepReport> report = ReplayStep(cluster, plan, lengths);
+    if (!report.ok()) return AsInternal(report.status(), "the dcp planner");
+    result.dcp.step_s.push_back(report->makespan_s);
+    result.dcp.makespan_s += report->makespan_s;
+    result.lower_bound_s += report->lower_bound_s;
+    result.tokens += report->tokens;
+    result.samples += static_cast<int64_t>(steps[i].size());
+    error_sum += std::abs(plan.predicted_makespan_s - report->makespan_s) /
+                 report->makespan_s;
+    result.plans.push_back(std::move(plan));
+  }
+  result.prediction_error = error_sum / steps.size();
+  if (!options.run_baselines) return result;
+
+  for (bool balanced : {false, true}) {
+    ASSIGN_OR_RETURN(TunedStatic tuned,
+                     TuneStatic(cluster, lengths, steps, balanced));
+    PlannerFigures f;
+    f.name = balanced ? "static_balanced" : "static_packed";
+    (balanced ? result.static_balanced_config : result.static_packed_config) =
+        tuned.config;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      ASSIGN_OR_RETURN(StepPlan plan,
+                       PlanStatic(cluster, lengths, static_cast<int64_t>(i),
+                                  steps[i], tuned.config, balanced));
+      absl::StatusOr<StepReport> report = ReplayStep(cluster, plan, lengths);
+      if (!report.ok()) return AsInternal(report.status(), f.name);
+      f.step_s.push_back(report->makespan_s);
+      f.makespan_s += report->makespan_s;
+    }
+    result.baselines.push_back(std::move(f));
+  }
+  ASSIGN_OR_RETURN(TunedDynamicCp tuned_cp,
+                   TuneDynamicCp(cluster, lengths, steps));
+  result.dynamic_cp_config = tuned_cp.options;
+  PlannerFigures cp;
+  cp.name = "dynamic_cp";
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSIGN_OR_RETURN(StepPlan plan,
+                     PlanDynamicCp(cluster, lengths, static_cast<int64_t>(i),
+                                   steps[i], tuned_cp.options));
+    absl::StatusOr<StepReport> report = ReplayStep(cluster, plan, lengths);
+    if (!report.ok()) return AsInternal(report.status(), cp.name);
+    cp.step_s.push_back(report->makespan_s);
+    cp.makespan_s += report->makespan_s;
+  }
+  result.baselines.push_back(std::move(cp));
+  return result;
+}
+
+std::string StatsJson(const EvaluationOptions& options,
+                      const EvaluationResult& result) {
+  nlohmann::json j;
+  j["model"] = options.model.name;
+  j["world_size"] = options.world_size;
+  j["window"] = options.window;
+  j["tokens_per_step"] = options.tokens_per_step;
+  j["seed"] = options.seed;
+  j["steps"] = result.steps;
+  j["samples"] = result.samples;
+  j["tokens"] = result.tokens;
+  j["makespan_s"] = result.dcp.makespan_s;
+  j["lower_bound_s"] = result.lower_bound_s;
+  j["ratio_to_lower_bound"] = result.dcp.makespan_s / result.lower_bound_s;
+  j["tokens_per_s_per_gpu"] =
+      result.tokens / result.dcp.makespan_s / options.world_size;
+  for (const PlannerFigures& b : result.baselines) {
+    j[b.name + "_s"] = b.makespan_s;
+    j["speedup_over_" + b.name] = b.makespan_s / result.dcp.makespan_s;
+  }
+  if (!result.baselines.empty()) {
+    j["static_packed_config"] = {
+        {"group_size", result.static_packed_config.group_size},
+        {"recompute", result.static_packed_config.recompute}};
+    j["static_balanced_config"] = {
+        {"group_size", result.static_balanced_config.group_size},
+        {"recompute", result.static_balanced_config.recompute}};
+    j["dynamic_cp_config"] = {
+        {"recompute", result.dynamic_cp_config.recompute},
+        {"tokens_per_rank_cap", result.dynamic_cp_config.tokens_per_rank_cap}};
+  }
+  j["plan_ms_p50"] = Percentile(result.plan_ms, 50);
+  j["plan_ms_max"] = Percentile(result.plan_ms, 100);
+  j["prediction_error"] = result.prediction_error;
+  return j.dump(2);
+}
+
+}  // namespace dcp

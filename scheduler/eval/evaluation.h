@@ -1,0 +1,89 @@
+#ifndef DCP_SCHEDULER_EVAL_EVALUATION_H_
+#define DCP_SCHEDULER_EVAL_EVALUATION_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_spec.h"
+#include "scheduler/eval/baselines.h"
+#include "scheduler/planner/cost_model.h"
+#include "scheduler/planner/plan.h"
+#include "scheduler/planner/planner.h"
+
+namespace dcp {
+
+/// One run of the planner and the baselines over the same steps.
+struct EvaluationOptions {
+  ModelSpec model;
+  ClusterSpec cluster = ClusterSpec::H200();
+  int world_size = 0;
+  /// Context window: longer sequences are truncated to it.
+  int64_t window = 0;
+  int64_t tokens_per_step = 0;
+  int steps = 20;
+  uint64_t seed = 0;
+  /// Step look-ahead of the step builder (0 = off).
+  int balance_steps = 0;
+  /// The planner's knobs; world_size is filled in from above.
+  PlannerOptions planner;
+  /// The planner's cost model; empty means the analytic model from the
+  /// data sheets (`CostModel::FromSpecs`).
+  std::optional<CostModel> cost_model;
+  bool run_baselines = true;
+  /// Monotonic clock in nanoseconds, used only to time planning. Required.
+  std::function<int64_t()> now_ns;
+};
+
+/// Figures of one planner over all steps, judged on the reference cluster.
+struct PlannerFigures {
+  std::string name;
+  /// Sum over steps of the replayed step time.
+  double makespan_s = 0;
+  std::vector<double> step_s;
+};
+
+/// What `Evaluate` measured.
+struct EvaluationResult {
+  int steps = 0;
+  int64_t tokens = 0;
+  int64_t samples = 0;
+  /// Sum over steps of the lower bound.
+  double lower_bound_s = 0;
+  PlannerFigures dcp;
+  /// Empty when baselines were not run.
+  std::vector<PlannerFigures>
+      baselines;  // static_packed, static_balanced, dynamic_cp
+  StaticConfig static_packed_config;
+  StaticConfig static_balanced_config;
+  DynamicCpOptions dynamic_cp_config;
+  /// Planning time of each step, milliseconds (the planner only).
+  std::vector<double> plan_ms;
+  /// The dcp plans, one per step.
+  std::vector<StepPlan> plans;
+  /// Mean relative error of the planner's predicted step time.
+  double prediction_error = 0;
+};
+
+/// Forms `steps` steps from a seeded shuffle of `lengths`, plans each with
+/// the dcp planner and with every baseline, and replays all of them on the
+/// reference cluster. Errors name what failed (a plan the replay rejects is
+/// a bug and comes back as INTERNAL).
+absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
+                                          const EvaluationOptions& options);
+
+/// The p-th percentile (0..100) of `values` (nearest rank); 0 when empty.
+double Percentile(std::vector<double> values, double p);
+
+/// The stats JSON of dcp-plan: steps, makespan_s, lower_bound_s,
+/// static_packed_s, static_balanced_s, dynamic_cp_s (sums over steps, in
+/// seconds on the reference cluster), plan_ms_p50, plan_ms_max and more.
+std::string StatsJson(const EvaluationOptions& options,
+                      const EvaluationResult& result);
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_EVAL_EVALUATION_H_

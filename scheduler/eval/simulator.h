@@ -1,0 +1,87 @@
+#ifndef DCP_SCHEDULER_EVAL_SIMULATOR_H_
+#define DCP_SCHEDULER_EVAL_SIMULATOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_spec.h"
+#include "scheduler/planner/plan.h"
+
+namespace dcp {
+
+/// The reference cluster model of shared/COST_MODEL.md, implemented exactly.
+///
+/// This is the ground truth every plan-quality figure comes from; the planner
+/// never uses it to make decisions (it has its own `CostModel`). Immutable
+/// after construction, so safe to share between threads.
+///
+///   ReferenceCluster cluster(ClusterSpec::H200(), *BuiltinModel("llama3-8b"),
+///   32); absl::StatusOr<StepReport> r = ReplayStep(cluster, plan, lengths);
+class ReferenceCluster {
+ public:
+  ReferenceCluster(ClusterSpec cluster, ModelSpec model, int world_size);
+
+  /// Time components of one task, in seconds, and its memory per GPU.
+  struct TaskCost {
+    double linear_s = 0;
+    double attention_s = 0;
+    double all_to_all_s = 0;
+    double overhead_s = 0;
+    double total_s = 0;
+    double memory_bytes = 0;
+  };
+
+  /// Cost of a task run by `ranks` over sequences of the given (already
+  /// truncated) lengths with recompute ratio `recompute`.
+  TaskCost Cost(absl::Span<const int> ranks,
+                absl::Span<const int64_t> seq_lengths, double recompute) const;
+
+  /// Per-GPU memory of a task with `tokens_per_gpu` tokens on each GPU.
+  double MemoryBytes(double tokens_per_gpu, double recompute) const;
+
+  /// Gradient synchronisation at the end of every step.
+  double SyncSeconds() const;
+
+  /// The lower bound of a step over sequences of these lengths.
+  double LowerBound(absl::Span<const int64_t> seq_lengths) const;
+
+  /// Whether every rank of the group is on one node.
+  bool IntraNode(absl::Span<const int> ranks) const;
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const ModelSpec& model() const { return model_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  double AttentionSeconds(double s, double p, double recompute) const;
+
+  ClusterSpec cluster_;
+  ModelSpec model_;
+  int world_size_;
+};
+
+/// What replaying one step on the reference cluster gives.
+struct StepReport {
+  double makespan_s = 0;     ///< Last rank free, plus the gradient sync.
+  double lower_bound_s = 0;  ///< ReferenceCluster::LowerBound of the step.
+  double sync_s = 0;
+  double max_memory_bytes = 0;
+  int64_t tokens = 0;
+  int num_tasks = 0;
+  /// Busy seconds of every rank (excluding idle waits and the sync).
+  std::vector<double> rank_busy_s;
+};
+
+/// Checks a step plan against the rules of the model (every sample of the
+/// step in exactly one task, group sizes dividing the head count and the world
+/// size, ranks distinct and in range, recompute in [0, 1], memory within the
+/// cap) and replays it. Errors are INVALID_ARGUMENT and name the step and task.
+absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
+                                      const StepPlan& plan,
+                                      const LengthView& lengths);
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_EVAL_SIMULATOR_H_

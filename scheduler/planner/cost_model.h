@@ -1,0 +1,145 @@
+#ifndef DCP_SCHEDULER_PLANNER_COST_MODEL_H_
+#define DCP_SCHEDULER_PLANNER_COST_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_spec.h"
+
+namespace dcp {
+
+/// One measured (or profiled) task: what ran and how long it took.
+struct TaskObservation {
+  int group_size = 1;
+  bool intra_node = true;
+  double recompute = 0;
+  /// Lengths of the sequences packed into the task.
+  std::vector<int64_t> lengths;
+  double seconds = 0;
+  /// Peak memory per GPU; 0 when unknown.
+  double memory_bytes = 0;
+};
+
+/// The planner's own cost model: the analytic form of the reference model
+/// (docs/COST_MODEL.md) with coefficients that are fitted, not assumed.
+///
+/// time = lin * (3 + r) * (t + gemm_half)                  (t = tokens / p)
+///      + attn * (3.5 + r) / p * sum_i s_i * (s_i + attn_half)
+///      + [p > 1] (a2a_byte(intra) * vol(t, p) + a2a_fixed(intra)) * (2 + r)
+///      + fixed
+/// memory = mem_static + t * ((1 - r) * mem_token + r * mem_token_recompute
+///                            + mem_token_base)
+///
+/// `FromSpecs` derives the coefficients from hardware and model data sheets;
+/// `Fit` re-estimates the time coefficients by least squares from observed
+/// tasks (profiles or timings reported by agents), shrunk towards the current
+/// values so that few observations cannot derail it; `FitSync` does the same
+/// for the gradient sync from measured sync times. A profile table (see
+/// `ParseProfileTable`) is just a set of observations.
+///
+/// Value type; const methods are thread-safe.
+///
+///   CostModel m = CostModel::FromSpecs(ClusterSpec::H200(), model, 32);
+///   double s = m.TaskSeconds(8, true, lengths, 0.0);
+class CostModel {
+ public:
+  /// The fitted coefficients, in seconds, bytes and tokens.
+  struct Coefficients {
+    double lin = 0;        ///< s per token per GPU per (3 + r) unit
+    double gemm_half = 0;  ///< tokens of GEMM inefficiency per task
+    double attn = 0;       ///< s per (3.5 + r) per s*(s + attn_half) token^2
+    double attn_half = 0;
+    double a2a_byte_intra = 0;  ///< s per byte of all-to-all volume
+    double a2a_fixed_intra = 0;
+    double a2a_byte_inter = 0;
+    double a2a_fixed_inter = 0;
+    double fixed = 0;      ///< s per task
+    double grad_sync = 0;  ///< s of gradient synchronisation per step
+    double mem_static = 0;
+    double mem_token = 0;
+    double mem_token_recompute = 0;
+    double mem_token_base = 0;
+  };
+
+  static CostModel FromSpecs(const ClusterSpec& cluster, const ModelSpec& model,
+                             int world_size);
+
+  CostModel(Coefficients c, ModelSpec model, double memory_cap,
+            int gpus_per_node);
+
+  /// Predicted seconds of a task.
+  double TaskSeconds(int p, bool intra_node, absl::Span<const int64_t> lengths,
+                     double recompute) const;
+  /// The same from aggregates: total tokens and sum of s*(s + attn_half).
+  double TaskSecondsFromSums(int p, bool intra_node, double tokens,
+                             double attn_units, double recompute) const;
+  /// s*(s + attn_half) for one sequence: attention work is additive in it.
+  double AttentionUnits(double length) const {
+    return length * (length + c_.attn_half);
+  }
+  /// Predicted memory per GPU for `tokens_per_gpu` tokens on each GPU.
+  double MemoryBytes(double tokens_per_gpu, double recompute) const;
+  /// Gradient synchronisation at the end of a step.
+  double SyncSeconds() const { return c_.grad_sync; }
+  /// The most tokens per GPU that fit the memory cap at this recompute (0
+  /// when not even the static part fits).
+  double MaxTokensPerGpu(double recompute) const;
+  double memory_cap() const { return memory_cap_; }
+  int gpus_per_node() const { return gpus_per_node_; }
+  const ModelSpec& model() const { return model_; }
+  const Coefficients& coefficients() const { return c_; }
+
+  /// Re-estimates the time coefficients from observations: first one common
+  /// scale (geometric mean of measured / predicted), then weighted ridge
+  /// least squares of each coefficient towards the scaled ones; both are
+  /// shrunk by `prior_weight` pseudo-observations. Half-token constants and
+  /// the gradient sync stay fixed (`FitSync` learns the latter). Returns the
+  /// new model; INVALID_ARGUMENT for observations that make no sense.
+  absl::StatusOr<CostModel> Fit(absl::Span<const TaskObservation> observations,
+                                double prior_weight = 1.0) const;
+
+  /// Re-estimates the gradient sync (`grad_sync`, the constant a step's
+  /// predicted time adds after its last task) from measured sync times, one
+  /// per step: their median, shrunk towards the current value by
+  /// `prior_weight` (w) pseudo-observations,
+  ///   grad_sync = (n * median + w * grad_sync) / (n + w).
+  /// The median, not the mean, because a step's sync absorbs whatever
+  /// stalled it (a straggler, a pause): one such step must not move the term
+  /// by its whole excess. Everything else stays; no measurement returns the
+  /// model unchanged. INVALID_ARGUMENT for a negative or non-finite time or
+  /// a `prior_weight` that is not positive.
+  absl::StatusOr<CostModel> FitSync(absl::Span<const double> sync_seconds,
+                                    double prior_weight = 1.0) const;
+
+  /// Mean relative error |predicted - measured| / measured over observations.
+  double MeanRelativeError(
+      absl::Span<const TaskObservation> observations) const;
+
+ private:
+  double AllToAllVolume(double tokens_per_gpu, int p) const;
+
+  Coefficients c_;
+  ModelSpec model_;
+  double memory_cap_;
+  int gpus_per_node_;
+};
+
+/// Parses a profile table: CSV with the header
+/// `length,group_size,recompute,intra_node,seconds,memory_bytes` (one task of
+/// one sequence per row; `#` starts a comment line). Errors name the line.
+absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
+    absl::string_view text, absl::string_view source_name);
+
+/// Reads a profile table file.
+absl::StatusOr<std::vector<TaskObservation>> LoadProfileTable(
+    const std::string& path);
+
+/// Writes observations (single-sequence tasks) in the profile table format.
+std::string FormatProfileTable(absl::Span<const TaskObservation> observations);
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_PLANNER_COST_MODEL_H_

@@ -1,0 +1,254 @@
+#include "scheduler/planner/cost_model.h"
+
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "scheduler/eval/simulator.h"
+
+namespace dcp {
+namespace {
+
+TEST(CostModelTest, FromSpecsAgreesWithTheReferenceCluster) {
+  for (const char* name : {"llama3-8b", "llama3-70b", "dit-video-1.3b"}) {
+    ModelSpec m = *BuiltinModel(name);
+    ReferenceCluster ref(ClusterSpec::H200(), m, 32);
+    CostModel model = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 50; ++trial) {
+      const int p = 1 << (rng() % 3);  // 1, 2, 4: divides every head count
+      const int first = (rng() % 8) * p;
+      std::vector<int> ranks;
+      for (int k = 0; k < p; ++k) ranks.push_back(first + k);
+      std::vector<int64_t> lengths;
+      for (int k = 0, n = 1 + rng() % 5; k < n; ++k) {
+        lengths.push_back(1 + rng() % 50000);
+      }
+      const double r = (rng() % (m.layers + 1)) / static_cast<double>(m.layers);
+      const ReferenceCluster::TaskCost truth = ref.Cost(ranks, lengths, r);
+      const double predicted =
+          model.TaskSeconds(p, ref.IntraNode(ranks), lengths, r);
+      EXPECT_NEAR(predicted, truth.total_s, 1e-9 * truth.total_s) << name;
+      double tokens = 0;
+      for (int64_t s : lengths) tokens += s;
+      EXPECT_NEAR(model.MemoryBytes(tokens / p, r), truth.memory_bytes,
+                  1e-9 * truth.memory_bytes);
+    }
+    EXPECT_NEAR(model.SyncSeconds(), ref.SyncSeconds(), 1e-12);
+  }
+}
+
+TEST(CostModelTest, MaxTokensPerGpuIsTheMemoryBoundary) {
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel model = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  for (double r : {0.0, 0.5, 1.0}) {
+    const double t = model.MaxTokensPerGpu(r);
+    EXPECT_NEAR(model.MemoryBytes(t, r), model.memory_cap(), 1.0);
+  }
+  EXPECT_LT(model.MaxTokensPerGpu(0.0), model.MaxTokensPerGpu(1.0));
+}
+
+// Observations drawn from a "true" cluster that differs from the data sheet.
+std::vector<TaskObservation> Observe(const CostModel& truth, int n,
+                                     uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<TaskObservation> out;
+  for (int i = 0; i < n; ++i) {
+    TaskObservation o;
+    o.group_size = 1 << (rng() % 4);
+    o.intra_node = rng() % 4 != 0 || o.group_size == 1;
+    o.recompute = (rng() % 5) / 4.0;
+    for (int k = 0, m = 1 + rng() % 4; k < m; ++k) {
+      o.lengths.push_back(256 + rng() % 60000);
+    }
+    o.seconds =
+        truth.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+    out.push_back(o);
+  }
+  return out;
+}
+
+TEST(CostModelTest, FitRecoversCoefficientsFromTimings) {
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = sheet.coefficients();
+  c.lin *= 1.3;
+  c.attn *= 0.8;
+  c.a2a_byte_intra *= 2.0;
+  c.a2a_byte_inter *= 1.5;
+  c.fixed *= 3.0;
+  CostModel truth(c, m, sheet.memory_cap(), 8);
+  std::vector<TaskObservation> train = Observe(truth, 400, 1);
+  std::vector<TaskObservation> test = Observe(truth, 200, 2);
+  const double before = sheet.MeanRelativeError(test);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(train, /*prior_weight=*/1e-3);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  const double after = fitted->MeanRelativeError(test);
+  EXPECT_GT(before, 0.05);
+  EXPECT_LT(after, 0.01) << "before " << before;
+  EXPECT_NEAR(fitted->coefficients().lin / c.lin, 1.0, 0.02);
+  EXPECT_NEAR(fitted->coefficients().attn / c.attn, 1.0, 0.02);
+}
+
+TEST(CostModelTest, FitFollowsHardwareFarFromTheDataSheet) {
+  // A CPU standing in for an H200: every task 300x slower. The default prior
+  // must not hold the model near the data sheet.
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = sheet.coefficients();
+  for (double* x : {&c.lin, &c.attn, &c.a2a_byte_intra, &c.a2a_fixed_intra,
+                    &c.a2a_byte_inter, &c.a2a_fixed_inter, &c.fixed}) {
+    *x *= 300;
+  }
+  c.attn *= 2;
+  CostModel truth(c, m, sheet.memory_cap(), 8);
+  std::vector<TaskObservation> train = Observe(truth, 200, 4);
+  std::vector<TaskObservation> test = Observe(truth, 100, 5);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(train);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_GT(sheet.MeanRelativeError(test), 0.99);
+  EXPECT_LT(fitted->MeanRelativeError(test), 0.05);
+}
+
+TEST(CostModelTest, StrongPriorMovesLittle) {
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = sheet.coefficients();
+  c.lin *= 2;
+  CostModel truth(c, m, sheet.memory_cap(), 8);
+  std::vector<TaskObservation> obs = Observe(truth, 3, 3);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(obs, /*prior_weight=*/1e6);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_NEAR(fitted->coefficients().lin / sheet.coefficients().lin, 1.0, 0.01);
+}
+
+TEST(CostModelTest, FitRejectsNonsense) {
+  CostModel sheet =
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
+  TaskObservation bad;
+  bad.group_size = 1;
+  bad.lengths = {100};
+  bad.seconds = -1;
+  absl::StatusOr<CostModel> fitted = sheet.Fit({bad});
+  EXPECT_EQ(fitted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(fitted.status().message().find("observation 0"), std::string::npos);
+}
+
+TEST(CostModelTest, FitSyncShrinksTheMedianTowardsThePrior) {
+  CostModel sheet =
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
+  const double prior = sheet.SyncSeconds();
+  ASSERT_GT(prior, 0);
+  // Steps whose sync took three times the data sheet's, and one that
+  // stalled: the median ignores the stall, the prior weighs as one step.
+  const double measured = 3 * prior;
+  const std::vector<double> syncs = {measured, 1000 * prior, measured,
+                                     measured};
+  absl::StatusOr<CostModel> fitted = sheet.FitSync(syncs, /*prior_weight=*/1);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_DOUBLE_EQ(fitted->SyncSeconds(), (4 * measured + prior) / 5);
+  // Nothing else moves.
+  auto all_but_sync = [](const CostModel::Coefficients& c) {
+    return std::vector<double>{c.lin,
+                               c.gemm_half,
+                               c.attn,
+                               c.attn_half,
+                               c.a2a_byte_intra,
+                               c.a2a_fixed_intra,
+                               c.a2a_byte_inter,
+                               c.a2a_fixed_inter,
+                               c.fixed,
+                               c.mem_static,
+                               c.mem_token,
+                               c.mem_token_recompute,
+                               c.mem_token_base};
+  };
+  EXPECT_EQ(all_but_sync(fitted->coefficients()),
+            all_but_sync(sheet.coefficients()));
+  // An even count takes the middle pair's mean.
+  fitted = sheet.FitSync({prior, 2 * prior, 4 * prior, 8 * prior}, 1e-9);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_NEAR(fitted->SyncSeconds(), 3 * prior, 1e-6 * prior);
+  // A strong prior barely moves; no measurement moves nothing; zero is a
+  // measurement (a sync that took no time).
+  fitted = sheet.FitSync(syncs, /*prior_weight=*/1e6);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_NEAR(fitted->SyncSeconds(), prior, 1e-5 * prior);
+  fitted = sheet.FitSync({});
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_EQ(fitted->SyncSeconds(), prior);
+  fitted = sheet.FitSync({0.0, 0.0, 0.0}, /*prior_weight=*/1);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_DOUBLE_EQ(fitted->SyncSeconds(), prior / 4);
+}
+
+TEST(CostModelTest, FitSyncRejectsNonsense) {
+  CostModel sheet =
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 32);
+  for (double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity()}) {
+    absl::StatusOr<CostModel> fitted = sheet.FitSync({0.5, bad});
+    EXPECT_EQ(fitted.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_NE(fitted.status().message().find("sync time 1"), std::string::npos)
+        << fitted.status();
+  }
+  EXPECT_EQ(sheet.FitSync({0.5}, /*prior_weight=*/0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ProfileTableTest, RoundTripsAndFits) {
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  std::vector<TaskObservation> obs;
+  for (int64_t len : {1024, 8192, 65536}) {
+    for (int p : {1, 2, 4, 8}) {
+      TaskObservation o;
+      o.group_size = p;
+      o.lengths = {len};
+      o.recompute = 0.5;
+      o.seconds = 1.1 * sheet.TaskSeconds(p, true, o.lengths, 0.5);
+      o.memory_bytes = sheet.MemoryBytes(static_cast<double>(len) / p, 0.5);
+      obs.push_back(o);
+    }
+  }
+  const std::string text = FormatProfileTable(obs);
+  absl::StatusOr<std::vector<TaskObservation>> parsed =
+      ParseProfileTable(text, "profile.csv");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), obs.size());
+  EXPECT_EQ((*parsed)[5].lengths, obs[5].lengths);
+  EXPECT_EQ((*parsed)[5].group_size, obs[5].group_size);
+  EXPECT_NEAR((*parsed)[5].seconds, obs[5].seconds, 1e-6 * obs[5].seconds);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(*parsed, 1e-3);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_LT(fitted->MeanRelativeError(*parsed), 0.01);
+  EXPECT_GT(sheet.MeanRelativeError(*parsed), 0.08);
+}
+
+TEST(ProfileTableTest, ErrorsNameTheLine) {
+  absl::Status s =
+      ParseProfileTable(
+          "length,group_size,recompute,intra_node,seconds,memory_bytes\n"
+          "1024,2,0.5,1,0.1,100\n"
+          "1024,x,0.5,1,0.1,100\n",
+          "p.csv")
+          .status();
+  EXPECT_NE(s.message().find("p.csv:3"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("group_size"), std::string::npos) << s;
+  EXPECT_NE(
+      ParseProfileTable("a,b\n", "q.csv").status().message().find("header"),
+      std::string::npos);
+  EXPECT_NE(ParseProfileTable(
+                "length,group_size,recompute,intra_node,seconds,memory_bytes\n"
+                "1024,2,1.5,1,0.1,100\n",
+                "r.csv")
+                .status()
+                .message()
+                .find("recompute"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcp

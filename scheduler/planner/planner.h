@@ -1,0 +1,81 @@
+#ifndef DCP_SCHEDULER_PLANNER_PLANNER_H_
+#define DCP_SCHEDULER_PLANNER_PLANNER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "scheduler/planner/cost_model.h"
+#include "scheduler/planner/plan.h"
+
+namespace dcp {
+
+/// Knobs of the data-centric planner. Defaults are what the benchmarks use.
+struct PlannerOptions {
+  /// Number of ranks (GPUs) in the job. Required.
+  int world_size = 0;
+  /// A sequence whose task would take longer than this fraction of the mean
+  /// per-rank load is split over a larger group. Each value is tried and the
+  /// plan with the least predicted step time is kept; more values plan better
+  /// and slower.
+  std::vector<double> split_thresholds = {0.25, 0.5, 1.0};
+  /// Each split threshold is tried with and without filling the groups'
+  /// spare memory with short sequences; all variants are estimated and,
+  /// when ranks get 16 or more sequences each on average, this many of the
+  /// most promising are planned in full (all of them otherwise). More plans
+  /// better and slower.
+  int finished_variants = 2;
+  /// Ranks examined for each short sequence when dealing (the least loaded
+  /// one and the least loaded of large rank ranges without it; at most 32):
+  /// more finds better pack fits, fewer plans faster.
+  int candidate_ranks = 3;
+  /// Improving moves tried against the predicted makespan after dealing.
+  int refine_moves = 256;
+};
+
+/// Plans global batches: for every sequence its sequence-parallel group size
+/// and recompute ratio, packs of short sequences, placement of groups on
+/// ranks (inside a node when they fit) and an execution order so that ranks
+/// with different numbers of micro-steps finish together.
+///
+/// Pure and deterministic: no threads, clocks or randomness; the same inputs
+/// give the same plan. Decisions come only from the `CostModel` it is given
+/// (never from the reference simulator). Thread-compatible: `PlanStep` is
+/// const and may run concurrently; `set_cost_model` may not.
+///
+///   ASSIGN_OR_RETURN(Planner planner, Planner::Create(model, {.world_size =
+///   32})); ASSIGN_OR_RETURN(StepPlan plan, planner.PlanStep(step, samples,
+///   lengths));
+class Planner {
+ public:
+  static absl::StatusOr<Planner> Create(CostModel model,
+                                        PlannerOptions options);
+
+  /// Plans one global batch of `samples` (ids into `lengths`). Every sample
+  /// goes into exactly one task; each gets the loss weight
+  /// length / (tokens of the step). FAILED_PRECONDITION when a sequence cannot
+  /// fit in memory on any group at any recompute ratio.
+  absl::StatusOr<StepPlan> PlanStep(int64_t step,
+                                    absl::Span<const int64_t> samples,
+                                    const LengthView& lengths) const;
+
+  /// Replaces the cost model (e.g. after a refit from measured timings).
+  void set_cost_model(CostModel model) { model_ = std::move(model); }
+  const CostModel& cost_model() const { return model_; }
+  const PlannerOptions& options() const { return options_; }
+  /// The sequence-parallel sizes the planner may use: the divisors of both
+  /// the world size and the head count.
+  const std::vector<int>& group_sizes() const { return group_sizes_; }
+
+ private:
+  Planner(CostModel model, PlannerOptions options, std::vector<int> sizes);
+
+  CostModel model_;
+  PlannerOptions options_;
+  std::vector<int> group_sizes_;
+};
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_PLANNER_PLANNER_H_

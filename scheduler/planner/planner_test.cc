@@ -1,0 +1,221 @@
+#include "scheduler/planner/planner.h"
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "scheduler/eval/simulator.h"
+
+namespace dcp {
+namespace {
+
+// A skewed trace: mostly short sequences, some medium, a few very long.
+std::vector<int32_t> SkewedLengths(int n, uint32_t seed, int32_t longest) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int kind = rng() % 100;
+    if (kind < 85) {
+      out.push_back(64 + rng() % 2000);
+    } else if (kind < 98) {
+      out.push_back(2000 + rng() % 20000);
+    } else {
+      out.push_back(longest / 2 + rng() % (longest / 2));
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> AllIds(size_t n) {
+  std::vector<int64_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int64_t>(i);
+  return ids;
+}
+
+struct Cluster {
+  ModelSpec model;
+  int world;
+  ClusterSpec cluster = ClusterSpec::H200();
+};
+
+StepPlan PlanOrDie(const Cluster& s, absl::Span<const int64_t> ids,
+                   const LengthView& view) {
+  PlannerOptions o;
+  o.world_size = s.world;
+  absl::StatusOr<Planner> planner =
+      Planner::Create(CostModel::FromSpecs(s.cluster, s.model, s.world), o);
+  EXPECT_TRUE(planner.ok()) << planner.status();
+  absl::StatusOr<StepPlan> plan = planner->PlanStep(3, ids, view);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : StepPlan();
+}
+
+TEST(PlannerTest, PlansAreValidAndCoverEverySampleOnce) {
+  ModelSpec odd = *BuiltinModel("dit-video-1.3b");  // 12 heads
+  std::vector<Cluster> setups = {{*BuiltinModel("llama3-8b"), 32},
+                                 {*BuiltinModel("llama3-70b"), 64},
+                                 {odd, 24},  // group sizes 1, 2, 3, 4, 6, 12
+                                 {*BuiltinModel("llama3-8b"), 8}};
+  for (const Cluster& s : setups) {
+    std::vector<int32_t> lengths = SkewedLengths(600, 11, 100000);
+    LengthView view(lengths, 131072);
+    std::vector<int64_t> ids = AllIds(lengths.size());
+    StepPlan plan = PlanOrDie(s, ids, view);
+    ReferenceCluster ref(s.cluster, s.model, s.world);
+    absl::StatusOr<StepReport> report = ReplayStep(ref, plan, view);
+    ASSERT_TRUE(report.ok())
+        << s.model.name << " W=" << s.world << ": " << report.status();
+    std::multiset<int64_t> seen;
+    double weight_sum = 0;
+    for (const TaskPlan& t : plan.tasks) {
+      ASSERT_EQ(t.samples.size(), t.loss_weights.size());
+      for (size_t k = 0; k < t.samples.size(); ++k) {
+        seen.insert(t.samples[k]);
+        weight_sum += t.loss_weights[k];
+        EXPECT_NEAR(t.loss_weights[k],
+                    static_cast<double>(view[t.samples[k]]) / report->tokens,
+                    1e-15);
+      }
+    }
+    EXPECT_EQ(seen, std::multiset<int64_t>(ids.begin(), ids.end()));
+    EXPECT_NEAR(weight_sum, 1.0, 1e-9);
+    // The default cost model is the reference one, so the planner's own
+    // bookkeeping must predict the replay exactly.
+    EXPECT_NEAR(plan.predicted_makespan_s, report->makespan_s,
+                1e-9 * report->makespan_s);
+    EXPECT_EQ(plan.step, 3);
+  }
+}
+
+TEST(PlannerTest, NonPowerOfTwoGroupsAreUsedWhenTheyAreTheRightSize) {
+  Cluster s{*BuiltinModel("dit-video-1.3b"), 24};
+  PlannerOptions o;
+  o.world_size = 24;
+  absl::StatusOr<Planner> planner =
+      Planner::Create(CostModel::FromSpecs(s.cluster, s.model, 24), o);
+  ASSERT_TRUE(planner.ok());
+  EXPECT_EQ(planner->group_sizes(), (std::vector<int>{1, 2, 3, 4, 6, 12}));
+}
+
+TEST(PlannerTest, LongSequencesGetGroupsInsideANode) {
+  Cluster s{*BuiltinModel("llama3-8b"), 32};
+  // Enough short work that a group of 8 finishes the long one well within a
+  // rank's share of the step.
+  std::vector<int32_t> lengths(4000, 1000);
+  lengths[7] = 120000;  // needs a group of at least 5 GPUs at r = 0
+  LengthView view(lengths, 131072);
+  StepPlan plan = PlanOrDie(s, AllIds(lengths.size()), view);
+  bool found = false;
+  for (const TaskPlan& t : plan.tasks) {
+    for (int64_t id : t.samples) {
+      if (id != 7) continue;
+      found = true;
+      EXPECT_GE(t.ranks.size(), 5u);
+      EXPECT_EQ(t.ranks.front() / 8, t.ranks.back() / 8) << "spans nodes";
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(PlannerTest, RanksGetDifferentNumbersOfMicroSteps) {
+  Cluster s{*BuiltinModel("llama3-8b"), 8};
+  std::vector<int32_t> lengths = SkewedLengths(300, 5, 60000);
+  LengthView view(lengths, 131072);
+  StepPlan plan = PlanOrDie(s, AllIds(lengths.size()), view);
+  std::map<int, int> micro_steps;
+  for (const TaskPlan& t : plan.tasks) {
+    for (int r : t.ranks) ++micro_steps[r];
+  }
+  std::set<int> counts;
+  for (const auto& [rank, n] : micro_steps) counts.insert(n);
+  EXPECT_GT(counts.size(), 1u);
+}
+
+TEST(PlannerTest, IsDeterministic) {
+  Cluster s{*BuiltinModel("llama3-70b"), 64};
+  std::vector<int32_t> lengths = SkewedLengths(800, 9, 200000);
+  LengthView view(lengths, 524288);
+  std::vector<int64_t> ids = AllIds(lengths.size());
+  StepPlan a = PlanOrDie(s, ids, view);
+  StepPlan b = PlanOrDie(s, ids, view);
+  ASSERT_EQ(a.tasks.size(), b.tasks.size());
+  for (size_t i = 0; i < a.tasks.size(); ++i) {
+    EXPECT_EQ(a.tasks[i].ranks, b.tasks[i].ranks);
+    EXPECT_EQ(a.tasks[i].samples, b.tasks[i].samples);
+    EXPECT_EQ(a.tasks[i].recompute, b.tasks[i].recompute);
+  }
+}
+
+TEST(PlannerTest, ComesCloseToTheLowerBoundOnABalancedLoad) {
+  Cluster s{*BuiltinModel("llama3-8b"), 32};
+  std::vector<int32_t> lengths = SkewedLengths(3000, 21, 100000);
+  LengthView view(lengths, 131072);
+  StepPlan plan = PlanOrDie(s, AllIds(lengths.size()), view);
+  ReferenceCluster ref(s.cluster, s.model, s.world);
+  absl::StatusOr<StepReport> r = ReplayStep(ref, plan, view);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(r->makespan_s / r->lower_bound_s, 1.06);
+}
+
+TEST(PlannerTest, RecomputeIsUsedOnlyWhenMemoryNeedsIt) {
+  // A single head allows no sequence parallelism: a 60K sequence cannot fit
+  // one GPU at r = 0 (about 24K tokens on 8 ranks), so it must be
+  // recomputed; the short ones must not be.
+  ModelSpec one_head = *BuiltinModel("llama3-8b");
+  one_head.heads = 1;
+  one_head.kv_heads = 1;
+  Cluster s{one_head, 8};
+  std::vector<int32_t> lengths = {60000, 500, 700};
+  LengthView view(lengths, 131072);
+  StepPlan plan = PlanOrDie(s, AllIds(lengths.size()), view);
+  for (const TaskPlan& t : plan.tasks) {
+    const bool has_long =
+        std::find(t.samples.begin(), t.samples.end(), 0) != t.samples.end();
+    if (has_long) {
+      EXPECT_GT(t.recompute, 0.0);
+    } else {
+      EXPECT_EQ(t.recompute, 0.0);
+    }
+  }
+}
+
+TEST(PlannerTest, RejectsWhatCannotBePlanned) {
+  ModelSpec m = *BuiltinModel("llama3-70b");
+  PlannerOptions o;
+  o.world_size = 64;
+  absl::StatusOr<Planner> planner =
+      Planner::Create(CostModel::FromSpecs(ClusterSpec::H200(), m, 64), o);
+  ASSERT_TRUE(planner.ok());
+  std::vector<int32_t> lengths = {1000, 8000000};
+  LengthView view(lengths, 1 << 30);
+  std::vector<int64_t> ids = {0, 1};
+  absl::Status s = planner->PlanStep(0, ids, view).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("sample 1"), std::string::npos) << s;
+
+  std::vector<int64_t> none;
+  EXPECT_EQ(planner->PlanStep(0, none, view).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int64_t> outside = {5};
+  EXPECT_NE(planner->PlanStep(0, outside, view)
+                .status()
+                .message()
+                .find("outside the length table"),
+            std::string::npos);
+  o.world_size = 0;
+  EXPECT_FALSE(
+      Planner::Create(CostModel::FromSpecs(ClusterSpec::H200(), m, 8), o).ok());
+  // 70B on 8 ranks: the sharded weights and optimizer state alone overflow.
+  o.world_size = 8;
+  absl::StatusOr<Planner> small =
+      Planner::Create(CostModel::FromSpecs(ClusterSpec::H200(), m, 8), o);
+  ASSERT_TRUE(small.ok());
+  std::vector<int64_t> first = {0};
+  EXPECT_NE(
+      small->PlanStep(0, first, view).status().message().find("static memory"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcp

@@ -1,0 +1,296 @@
+// dcp-scheduler: the control-plane daemon. Plans steps ahead of the agents,
+// streams each rank its part, learns from their timings, and keeps the
+// rendezvous store; see proto/scheduler_service.proto.
+//
+//   dcp-scheduler --lengths=data/lengths/wikipedia.txt --model=llama3-8b
+//     --world_size=32 --window=131072 --tokens_per_step=2097152
+//     --listen=0.0.0.0:50051 --port_file=/tmp/dcp.port
+//     --metrics_listen=0.0.0.0:9464
+//
+// Prometheus metrics (dcp_scheduler_*, listed in README.md) are served on
+// http://<--metrics_listen>/metrics.
+//
+// SIGINT/SIGTERM drain and stop (the daemon exits once every plan stream has
+// ended); a second signal exits at once.
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/file_util.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_http.h"
+#include "common/model_spec.h"
+#include "common/signal_watcher.h"
+#include "common/status_macros.h"
+#include "scheduler/cli/job_config.h"
+#include "scheduler/cli/job_flags.h"
+#include "scheduler/control/control_plane.h"
+#include "scheduler/planner/cost_model.h"
+#include "scheduler/server/scheduler_metrics.h"
+#include "scheduler/server/scheduler_server.h"
+
+ABSL_FLAG(int, gpus_per_node, 8,
+          "GPUs per node: groups within a node use the intra-node links.");
+ABSL_FLAG(int, lookahead_steps, 4,
+          "Steps planned ahead of the last step every rank has reported.");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "Stop planning after this many steps and drain (0 = unlimited).");
+ABSL_FLAG(bool, profile_at_start, false,
+          "Before step 0, have every agent profile the attention layer over a "
+          "small grid (ProfileRequest) and refit the cost model from it.");
+ABSL_FLAG(absl::Duration, profile_timeout, absl::Seconds(60),
+          "With --profile_at_start: how long after the first registration to "
+          "wait for every rank's profile before planning without the rest.");
+ABSL_FLAG(int, refit_every, 64,
+          "Refit the cost model after this many new task observations.");
+ABSL_FLAG(int, observation_window, 512,
+          "Most recent task observations a refit uses.");
+ABSL_FLAG(int, step_error_window, 64,
+          "Most recent completed steps whose predicted-vs-measured step time "
+          "error is averaged (the step error of logs, status and metrics).");
+ABSL_FLAG(int, sync_window, 64,
+          "Most recent completed steps whose measured gradient sync the "
+          "refits learn the sync term from.");
+ABSL_FLAG(int, fanout_threads, -1,
+          "Threads that write woken plan streams off the planner thread: -1 "
+          "auto (cores / 4, at most 8, on hosts with 8+ cores; else none), 0 "
+          "none, N threads.");
+ABSL_FLAG(double, prior_weight, 1.0,
+          "Pseudo-observations pulling each coefficient towards the initial "
+          "model in a refit.");
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "host:port to serve on; port 0 picks a free port.");
+ABSL_FLAG(std::string, port_file, "",
+          "Write the bound port to this file once serving (for scripts).");
+ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
+          "Largest request the scheduler accepts, in bytes.");
+// The default port is Prometheus' registry entry for no exporter in
+// particular (the OpenTelemetry exporters' 9464); see the flag's help.
+constexpr char kDefaultMetricsListen[] = "0.0.0.0:9464";
+ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
+          "host:port serving Prometheus metrics on /metrics (IPv4 or "
+          "localhost; port 0 picks a free port; empty: no metrics). When the "
+          "default port is taken the scheduler warns and runs without "
+          "metrics; any other address that cannot be bound is an error.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "Write the bound metrics port to this file once serving.");
+ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
+          "After a stop, how long to wait for plan streams to end.");
+
+namespace dcp {
+namespace {
+
+std::string Now() {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(),
+                          absl::LocalTimeZone());
+}
+
+void LogStep(const PlannedStepEvent& e) {
+  std::fprintf(
+      stderr,
+      "%s step %lld (epoch %lld): %lld samples, %lld tokens, %d "
+      "tasks, %d groups, predicted %.3f s, planned in %.1f ms\n",
+      Now().c_str(), static_cast<long long>(e.step),
+      static_cast<long long>(e.epoch), static_cast<long long>(e.samples),
+      static_cast<long long>(e.tokens), e.tasks, e.groups, e.predicted_seconds,
+      absl::ToDoubleMilliseconds(e.planning_time));
+}
+
+void LogRefit(const RefitEvent& e) {
+  std::fprintf(stderr,
+               "%s refit %lld over %lld observations: task error %.1f%% -> "
+               "%.1f%%, step error %.1f%% (sync %.1f%%)\n",
+               Now().c_str(), static_cast<long long>(e.refits),
+               static_cast<long long>(e.observations), 100 * e.error_before,
+               100 * e.error_after, 100 * e.step_error, 100 * e.sync_error);
+}
+
+void LogProfileDone(const ProfileDoneEvent& e) {
+  if (e.timed_out) {
+    std::fprintf(stderr,
+                 "%s profile timed out: ranks [%s] did not answer; planning "
+                 "with %lld observations from ranks [%s]\n",
+                 Now().c_str(), absl::StrJoin(e.missing, ",").c_str(),
+                 static_cast<long long>(e.observations),
+                 absl::StrJoin(e.answered, ",").c_str());
+  } else {
+    std::fprintf(stderr,
+                 "%s profile done: %zu ranks answered, %lld observations\n",
+                 Now().c_str(), e.answered.size(),
+                 static_cast<long long>(e.observations));
+  }
+}
+
+absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
+  const JobConfig job = JobConfigFromFlags();
+  SchedulerServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.stop_grace = absl::GetFlag(FLAGS_stop_grace);
+  options.fanout_threads = absl::GetFlag(FLAGS_fanout_threads);
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.world_size = job.world_size;
+  cp.cluster.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  cp.window = job.window;
+  cp.tokens_per_step = job.tokens_per_step;
+  cp.seed = job.seed;
+  cp.lookahead_steps = absl::GetFlag(FLAGS_lookahead_steps);
+  cp.balance_steps = job.balance_steps;
+  cp.max_steps = absl::GetFlag(FLAGS_max_steps);
+  cp.refit_every = absl::GetFlag(FLAGS_refit_every);
+  cp.observation_window = absl::GetFlag(FLAGS_observation_window);
+  cp.prior_weight = absl::GetFlag(FLAGS_prior_weight);
+  cp.sync_window = absl::GetFlag(FLAGS_sync_window);
+  cp.step_error_window = absl::GetFlag(FLAGS_step_error_window);
+  cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  cp.profile_at_start = absl::GetFlag(FLAGS_profile_at_start);
+  cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);
+  if (cp.cluster.gpus_per_node <= 0) {
+    return absl::InvalidArgumentError("--gpus_per_node must be positive");
+  }
+  ASSIGN_OR_RETURN(LoadedJob loaded, LoadJob(job, cp.cluster, cp.prior_weight,
+                                             BazelWorkingDirectory()));
+  cp.model = std::move(loaded.model);
+  cp.lengths = std::move(loaded.lengths);
+  cp.cost_model = std::move(loaded.cost_model);
+  cp.on_step_planned = LogStep;
+  cp.on_refit = LogRefit;
+  cp.on_profile_done = LogProfileDone;
+  return options;
+}
+
+/// Serves `registry` on --metrics_listen and writes --metrics_port_file;
+/// null when metrics are off (or the default port is taken).
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
+    MetricsRegistry* registry) {
+  const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+  MetricsHttpServerOptions options;
+  options.listen_address = listen;
+  options.registry = registry;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(options);
+  if (absl::IsUnavailable(server.status()) && listen == kDefaultMetricsListen) {
+    // Another scheduler (or exporter) on this host has the default port:
+    // run on without metrics rather than refuse to schedule.
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: warning: no metrics: %s (pass "
+                 "--metrics_listen=HOST:PORT, or empty to turn them off)\n",
+                 Now().c_str(), server.status().ToString().c_str());
+    return nullptr;
+  }
+  if (!server.ok()) return server.status();
+  std::fprintf(stderr, "%s dcp-scheduler: metrics on http://%s/metrics\n",
+               Now().c_str(), (*server)->address().c_str());
+  if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_metrics_port_file),
+                                        absl::StrCat((*server)->port(), "\n")));
+  }
+  return server;
+}
+
+absl::Status Run() {
+  ASSIGN_OR_RETURN(SchedulerServerOptions options, OptionsFromFlags());
+  const int64_t samples =
+      static_cast<int64_t>(options.control_plane.lengths.size());
+  const std::string model = options.control_plane.model.name;
+  const int world = options.control_plane.world_size;
+
+  // Both outlive the server, whose callbacks and RPC hook they are.
+  MetricsRegistry registry;
+  std::unique_ptr<SchedulerMetrics> metrics;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    ASSIGN_OR_RETURN(metrics, SchedulerMetrics::Create(&registry));
+    metrics->Instrument(options);
+  }
+
+  SignalWatcher::BlockSignals();
+  // Started first, so that a bad --metrics_listen fails before anything
+  // runs; its Status() families fill in once the server is up.
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (metrics != nullptr) {
+    ASSIGN_OR_RETURN(metrics_server, StartMetricsServer(&registry));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
+                   SchedulerServer::Start(std::move(options)));
+  std::fprintf(stderr,
+               "%s dcp-scheduler: session %s, listening on %s; %s on %d "
+               "ranks, %lld samples\n",
+               Now().c_str(), server->control_plane().session_id().c_str(),
+               server->address().c_str(), model.c_str(), world,
+               static_cast<long long>(samples));
+  if (metrics != nullptr) {
+    SchedulerServer* srv = server.get();
+    metrics->SetStatusSource([srv] { return srv->control_plane().Status(); });
+  }
+  // On every way out, stop serving before `server` goes: no scrape may read
+  // a control plane that is gone.
+  absl::Cleanup stop_metrics = [&metrics_server] {
+    if (metrics_server != nullptr) metrics_server->Shutdown();
+  };
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
+                                        absl::StrCat(server->port(), "\n")));
+  }
+  {
+    // The first SIGINT/SIGTERM drains and stops; a second exits at once.
+    SchedulerServer* srv = server.get();
+    SignalWatcher watcher([srv](int signal, int count) {
+      if (count == 1) {
+        const int64_t last = srv->control_plane().Drain(/*stop=*/true);
+        std::fprintf(stderr,
+                     "%s signal %d: draining after step %lld, then exiting "
+                     "(signal again to exit now)\n",
+                     Now().c_str(), signal, static_cast<long long>(last));
+      } else {
+        std::fprintf(stderr, "%s signal %d: exiting now\n", Now().c_str(),
+                     signal);
+        srv->control_plane().Shutdown();
+      }
+    });
+    server->Wait();
+    server->Shutdown();
+  }
+  const v1::StatusResponse status = server->control_plane().Status();
+  std::fprintf(stderr,
+               "%s dcp-scheduler: exiting; %lld steps planned, %lld "
+               "completed, %lld refits, task error %.1f%%\n",
+               Now().c_str(), static_cast<long long>(status.planned_steps()),
+               static_cast<long long>(status.completed_steps()),
+               static_cast<long long>(status.refits()),
+               100 * status.model_error());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dcp
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The dcp scheduler daemon: plans steps and streams them to agents.\n"
+      "  dcp-scheduler --lengths=FILE --model=NAME --world_size=N "
+      "--window=TOKENS\n"
+      "    --tokens_per_step=T --listen=HOST:PORT [--port_file=FILE] "
+      "[--max_steps=S]\n"
+      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with the mutex deadlock detector on: it
+  // records every lock order in a global graph, a few % of the scheduler's
+  // CPU at a thousand agents. The tests keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::Status s = dcp::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "dcp-scheduler: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

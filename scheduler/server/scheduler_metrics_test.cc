@@ -1,0 +1,386 @@
+#include "scheduler/server/scheduler_metrics.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_testing.h"
+#include "common/model_spec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "proto/scheduler_service.grpc.pb.h"
+#include "scheduler/server/scheduler_server.h"
+#include "scheduler/planner/test_data.h"
+
+namespace dcp {
+namespace {
+
+using ::testing::HasSubstr;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+std::string TmpDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir == nullptr ? "/tmp" : dir;
+}
+
+/// A status as ControlPlane::Status() gives it: 4 ranks, 3 registered
+/// (lags 2, 5 and 5; rank 2 never registered), 2 connected.
+v1::StatusResponse CannedStatus() {
+  v1::StatusResponse s;
+  s.set_session_id("0123abcd");
+  s.set_epoch(1);
+  s.set_world_size(4);
+  s.set_model("tiny \"quoted\"");
+  s.set_planned_steps(12);
+  s.set_completed_steps(7);
+  s.set_draining(true);
+  s.set_model_error(0.25);
+  s.set_timing_reports(29);
+  s.set_refits(3);
+  s.set_step_error(0.125);
+  s.set_sync_error(0.0625);
+  s.set_store_keys(6);
+  s.set_store_bytes(1234);
+  s.set_refit_error_before(0.5);
+  s.set_refit_error_after(0.2);
+  s.set_observations(120);
+  (*s.mutable_coefficients())["attn"] = 1.5e-12;
+  (*s.mutable_coefficients())["fixed"] = 0.002;
+  struct Rank {
+    bool registered, connected;
+    int64_t lag;
+    double idle;
+  };
+  const Rank ranks[] = {{true, true, 2, 0.5},
+                        {true, false, 5, 30},
+                        {false, false, 12, 0},
+                        {true, true, 5, 1}};
+  for (int r = 0; r < 4; ++r) {
+    v1::RankStatus* rank = s.add_ranks();
+    rank->set_rank(r);
+    rank->set_registered(ranks[r].registered);
+    rank->set_connected(ranks[r].connected);
+    rank->set_lag_steps(ranks[r].lag);
+    rank->set_idle_seconds(ranks[r].idle);
+  }
+  return s;
+}
+
+class SchedulerMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<SchedulerMetrics>> metrics =
+        SchedulerMetrics::Create(&registry_, &clock_);
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = *std::move(metrics);
+  }
+
+  std::optional<double> Value(const std::string& name,
+                              const Labels& labels = {}) {
+    return FindSample(registry_.Collect(), name, labels);
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1700000000)};
+  MetricsRegistry registry_;
+  std::unique_ptr<SchedulerMetrics> metrics_;
+};
+
+TEST_F(SchedulerMetricsTest, SnapshotFamiliesAreEmptyUntilASourceIsSet) {
+  EXPECT_EQ(Value("dcp_scheduler_steps_planned_total"), std::nullopt);
+  EXPECT_EQ(Value("dcp_scheduler_planned_tokens_total"), 0.0);
+  EXPECT_EQ(Value("dcp_scheduler_planning_seconds_count"), 0.0);
+  EXPECT_EQ(Value("dcp_scheduler_timing_reports_rejected_total",
+                  {{"code", "FAILED_PRECONDITION"}}),
+            0.0);
+  // Still a valid exposition (HELP and TYPE without samples).
+  EXPECT_THAT(registry_.RenderText(),
+              HasSubstr("# TYPE dcp_scheduler_steps_planned_total counter\n"));
+}
+
+TEST_F(SchedulerMetricsTest, ReadsTheStatusAtEveryScrape) {
+  v1::StatusResponse status = CannedStatus();
+  int calls = 0;
+  metrics_->SetStatusSource([&] {
+    ++calls;
+    return status;
+  });
+  const std::vector<MetricFamilySnapshot> f = registry_.Collect();
+  EXPECT_EQ(calls, 1);  // one snapshot for every family
+  EXPECT_EQ(
+      FindSample(f, "dcp_scheduler_info",
+                 {{"session_id", "0123abcd"}, {"model", "tiny \"quoted\""}}),
+      1.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_steps_planned_total"), 12.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_steps_completed_total"), 7.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_planned_ahead_steps"), 5.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_epoch"), 1.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_world_size"), 4.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_registered_agents"), 3.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_connected_agents"), 2.0);
+  // Rank 2 (lag 12) never registered: it does not count.
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_max_rank_lag_steps"), 5.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_min_rank_lag_steps"), 2.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_slowest_rank"), 1.0);  // tie: lowest
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_max_rank_idle_seconds"), 30.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_total"), 29.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_refits_total"), 3.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_observations"), 120.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_task_error_ratio"), 0.25);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_step_error_ratio"), 0.125);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_sync_error_ratio"),
+            0.0625);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_store_keys"), 6.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_store_bytes"), 1234.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_last_refit_task_error_ratio",
+                       {{"fit", "before"}}),
+            0.5);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_last_refit_task_error_ratio",
+                       {{"fit", "after"}}),
+            0.2);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_coefficient",
+                       {{"coefficient", "attn"}}),
+            1.5e-12);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_coefficient",
+                       {{"coefficient", "fixed"}}),
+            0.002);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_draining"), 1.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_stopping"), 0.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_planner_failed"), 0.0);
+
+  status.set_planned_steps(13);
+  status.set_planner_error("sample 7 fits no group");
+  status.mutable_ranks(1)->set_lag_steps(1);
+  EXPECT_EQ(Value("dcp_scheduler_steps_planned_total"), 13.0);
+  EXPECT_EQ(Value("dcp_scheduler_planner_failed"), 1.0);
+  EXPECT_EQ(Value("dcp_scheduler_slowest_rank"), 3.0);
+  EXPECT_EQ(Value("dcp_scheduler_min_rank_lag_steps"), 1.0);
+}
+
+TEST_F(SchedulerMetricsTest, LagFamiliesAreEmptyWithoutRegisteredRanks) {
+  v1::StatusResponse status = CannedStatus();
+  for (v1::RankStatus& rank : *status.mutable_ranks()) {
+    rank.set_registered(false);
+  }
+  metrics_->SetStatusSource([&] { return status; });
+  EXPECT_EQ(Value("dcp_scheduler_registered_agents"), 0.0);
+  EXPECT_EQ(Value("dcp_scheduler_max_rank_lag_steps"), std::nullopt);
+  EXPECT_EQ(Value("dcp_scheduler_slowest_rank"), std::nullopt);
+}
+
+TEST_F(SchedulerMetricsTest, CountsPlannedStepsAndRefits) {
+  PlannedStepEvent event;
+  event.samples = 30;
+  event.tokens = 65536;
+  event.predicted_seconds = 4.5;
+  event.planning_time = absl::Milliseconds(2);
+  metrics_->OnStepPlanned(event);
+  event.planning_time = absl::Milliseconds(20);
+  clock_.Advance(absl::Seconds(10));
+  metrics_->OnStepPlanned(event);
+
+  EXPECT_EQ(Value("dcp_scheduler_planning_seconds_count"), 2.0);
+  EXPECT_DOUBLE_EQ(*Value("dcp_scheduler_planning_seconds_sum"), 0.022);
+  EXPECT_EQ(Value("dcp_scheduler_planning_seconds_bucket", {{"le", "0.0025"}}),
+            1.0);
+  EXPECT_EQ(Value("dcp_scheduler_planning_seconds_bucket", {{"le", "0.025"}}),
+            2.0);
+  EXPECT_EQ(Value("dcp_scheduler_planned_tokens_total"), 131072.0);
+  EXPECT_EQ(Value("dcp_scheduler_planned_samples_total"), 60.0);
+  EXPECT_EQ(Value("dcp_scheduler_predicted_step_seconds"), 4.5);
+  EXPECT_EQ(Value("dcp_scheduler_last_step_planned_timestamp_seconds"),
+            1700000010.0);
+  EXPECT_EQ(Value("dcp_scheduler_last_refit_timestamp_seconds"), 0.0);
+  metrics_->OnRefit(RefitEvent());
+  EXPECT_EQ(Value("dcp_scheduler_last_refit_timestamp_seconds"), 1700000010.0);
+}
+
+TEST_F(SchedulerMetricsTest, CountsRpcsAndRejectedReportsByCode) {
+  metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kOk);
+  metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kInvalidArgument);
+  metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kInvalidArgument);
+  metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kAlreadyExists);
+  metrics_->OnRpcDone("StoreGet", absl::StatusCode::kNotFound);
+  metrics_->OnRpcDone("NoSuchMethod", absl::StatusCode::kUnimplemented);
+
+  EXPECT_EQ(Value("dcp_scheduler_rpcs_total",
+                  {{"method", "ReportTimings"}, {"code", "OK"}}),
+            1.0);
+  EXPECT_EQ(Value("dcp_scheduler_rpcs_total",
+                  {{"method", "ReportTimings"}, {"code", "INVALID_ARGUMENT"}}),
+            2.0);
+  EXPECT_EQ(Value("dcp_scheduler_rpcs_total",
+                  {{"method", "StoreGet"}, {"code", "NOT_FOUND"}}),
+            1.0);
+  EXPECT_EQ(Value("dcp_scheduler_rpcs_total",
+                  {{"method", "unknown"}, {"code", "UNIMPLEMENTED"}}),
+            1.0);
+  EXPECT_EQ(Value("dcp_scheduler_timing_reports_rejected_total",
+                  {{"code", "INVALID_ARGUMENT"}}),
+            2.0);
+  EXPECT_EQ(Value("dcp_scheduler_timing_reports_rejected_total",
+                  {{"code", "ALREADY_EXISTS"}}),
+            1.0);
+  EXPECT_EQ(Value("dcp_scheduler_timing_reports_rejected_total",
+                  {{"code", "FAILED_PRECONDITION"}}),
+            0.0);
+  EXPECT_EQ(
+      Value("dcp_scheduler_timing_reports_rejected_total", {{"code", "OK"}}),
+      std::nullopt);
+}
+
+TEST_F(SchedulerMetricsTest, RegistersOncePerRegistry) {
+  EXPECT_EQ(SchedulerMetrics::Create(&registry_).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(SchedulerMetrics::Create(nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerMetricsTest, InstrumentKeepsTheCallbacksAlreadySet) {
+  SchedulerServerOptions options;
+  int logged_steps = 0, logged_refits = 0, seen_rpcs = 0;
+  options.control_plane.on_step_planned = [&](const PlannedStepEvent&) {
+    ++logged_steps;
+  };
+  options.control_plane.on_refit = [&](const RefitEvent&) { ++logged_refits; };
+  options.on_rpc_done = [&](absl::string_view, absl::StatusCode) {
+    ++seen_rpcs;
+  };
+  metrics_->Instrument(options);
+  PlannedStepEvent step;
+  step.tokens = 10;
+  options.control_plane.on_step_planned(step);
+  options.control_plane.on_refit(RefitEvent());
+  options.on_rpc_done("GetStatus", absl::StatusCode::kOk);
+  EXPECT_EQ(logged_steps, 1);
+  EXPECT_EQ(logged_refits, 1);
+  EXPECT_EQ(seen_rpcs, 1);
+  EXPECT_EQ(Value("dcp_scheduler_planned_tokens_total"), 10.0);
+  EXPECT_EQ(Value("dcp_scheduler_rpcs_total",
+                  {{"method", "GetStatus"}, {"code", "OK"}}),
+            1.0);
+}
+
+// Every family, with samples, through Prometheus' own parser and linter.
+TEST_F(SchedulerMetricsTest, PromtoolAcceptsTheSchedulerMetrics) {
+  const v1::StatusResponse status = CannedStatus();
+  metrics_->SetStatusSource([&] { return status; });
+  PlannedStepEvent event;
+  event.tokens = 100;
+  event.planning_time = absl::Milliseconds(3);
+  metrics_->OnStepPlanned(event);
+  metrics_->OnRefit(RefitEvent());
+  metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kInvalidArgument);
+  const std::string text = registry_.RenderText();
+  absl::StatusOr<PromtoolResult> result =
+      RunPromtoolCheckMetrics(text, TmpDir());
+  if (absl::IsNotFound(result.status())) {
+    GTEST_SKIP() << result.status().message();
+  }
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0) << result->output << "\n" << text;
+  EXPECT_EQ(result->output, "") << text;
+  EXPECT_EQ(registry_.dropped_samples(), 0);
+}
+
+// The wiring dcp-scheduler uses, against a real server: the planner thread's
+// steps, the Status() snapshot and the gRPC interceptor's codes.
+TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
+  MetricsRegistry registry;
+  absl::StatusOr<std::unique_ptr<SchedulerMetrics>> metrics =
+      SchedulerMetrics::Create(&registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+
+  SchedulerServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.lengths = testing_data::SkewedTrace(4000, /*seed=*/5);
+  cp.window = 32768;
+  cp.model = *BuiltinModel("llama3-8b");
+  cp.world_size = 4;
+  cp.tokens_per_step = 65536;
+  cp.lookahead_steps = 2;
+  (*metrics)->Instrument(options);
+  absl::StatusOr<std::unique_ptr<SchedulerServer>> server =
+      SchedulerServer::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ControlPlane* control_plane = &(*server)->control_plane();
+  (*metrics)->SetStatusSource(
+      [control_plane] { return control_plane->Status(); });
+  ASSERT_TRUE(control_plane->AwaitPlanned(2, absl::Seconds(30)));
+
+  auto stub = v1::Scheduler::NewStub(grpc::CreateChannel(
+      (*server)->address(), grpc::InsecureChannelCredentials()));
+  auto deadline = [](grpc::ClientContext& context) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(20));
+  };
+  {
+    // Rank 9 is outside the world of 4: INVALID_ARGUMENT.
+    grpc::ClientContext context;
+    deadline(context);
+    v1::TimingReport report;
+    report.set_rank(9);
+    v1::ReportAck ack;
+    EXPECT_EQ(stub->ReportTimings(&context, report, &ack).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    // The same report on a StreamReports stream: counted per report, as
+    // the server answers it (before the answer is written).
+    grpc::ClientContext context;
+    deadline(context);
+    auto stream = stub->StreamReports(&context);
+    v1::TimingReport report;
+    report.set_rank(9);
+    ASSERT_TRUE(stream->Write(report));
+    ASSERT_TRUE(stream->WritesDone());
+    v1::ReportResult result;
+    ASSERT_TRUE(stream->Read(&result));
+    EXPECT_EQ(result.code(), static_cast<int>(grpc::INVALID_ARGUMENT));
+    EXPECT_FALSE(stream->Read(&result));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  {
+    grpc::ClientContext context;
+    deadline(context);
+    v1::StatusResponse status;
+    EXPECT_TRUE(stub->GetStatus(&context, v1::StatusRequest(), &status).ok());
+  }
+  // The interceptor counts before the status is sent: no wait needed.
+  const std::vector<MetricFamilySnapshot> f = registry.Collect();
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_rejected_total",
+                       {{"code", "INVALID_ARGUMENT"}}),
+            2.0);
+  EXPECT_EQ(
+      FindSample(f, "dcp_scheduler_rpcs_total",
+                 {{"method", "StreamReports"}, {"code", "INVALID_ARGUMENT"}}),
+      1.0);
+  EXPECT_EQ(
+      FindSample(f, "dcp_scheduler_rpcs_total",
+                 {{"method", "ReportTimings"}, {"code", "INVALID_ARGUMENT"}}),
+      1.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_rpcs_total",
+                       {{"method", "GetStatus"}, {"code", "OK"}}),
+            1.0);
+  EXPECT_GE(*FindSample(f, "dcp_scheduler_steps_planned_total"), 2.0);
+  EXPECT_GE(*FindSample(f, "dcp_scheduler_planning_seconds_count"), 2.0);
+  EXPECT_GT(*FindSample(f, "dcp_scheduler_planned_tokens_total"), 0.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_world_size"), 4.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_connected_agents"), 0.0);
+  EXPECT_GT(*FindSample(f, "dcp_scheduler_cost_model_coefficient",
+                        {{"coefficient", "attn"}}),
+            0.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_total"), 0.0);
+  (*server)->Shutdown();
+}
+
+}  // namespace
+}  // namespace dcp
