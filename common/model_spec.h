@@ -39,7 +39,7 @@ struct ModelSpec {
 /// multiple of kv_heads.
 absl::Status ValidateModelSpec(const ModelSpec& model);
 
-/// The models of shared/COST_MODEL.md: "llama3-8b", "llama3-70b",
+/// The models of docs/COST_MODEL.md: "llama3-8b", "llama3-70b",
 /// "dit-video-1.3b". NOT_FOUND names the known ones.
 absl::StatusOr<ModelSpec> BuiltinModel(absl::string_view name);
 
@@ -53,7 +53,7 @@ absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
 /// Reads and parses a model description file.
 absl::StatusOr<ModelSpec> LoadModelConfig(const std::string& path);
 
-/// The hardware constants of the reference cluster (shared/COST_MODEL.md).
+/// The hardware constants of the reference cluster (docs/COST_MODEL.md).
 ///
 /// Plain value type. `H200()` gives the reference values; tests and the
 /// planner's refittable model may vary them.

@@ -51,9 +51,8 @@ absl::Status ReferenceAttention(absl::Span<const float> q,
 /// the communicator's error when a collective fails. Thread-compatible
 /// (it runs collectives on `comm`).
 ///
-/// This is the CPU version, over any Communicator (Gloo in tests). The GPU
-/// version (NCCL all-to-all around a varlen flash-attention kernel) goes in
-/// kernels/ulysses_attention_cuda.{h,cu}, built under //kernels:cuda_enabled.
+/// This is the CPU version, over any Communicator (Gloo in tests). There is
+/// no GPU version yet.
 ///
 ///   AttentionOptions options;
 ///   options.num_heads = 32;

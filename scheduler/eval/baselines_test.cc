@@ -43,16 +43,8 @@ double Replay(const ReferenceCluster& cluster, const StepPlan& plan,
   return report.ok() ? report->makespan_s : 0.0;
 }
 
-// Pseudo-random lengths in [lo, hi] (a fixed LCG: the test data must not
-// depend on the standard library).
 std::vector<int32_t> UniformLengths(int n, int lo, int hi, uint64_t seed) {
-  std::vector<int32_t> out(n);
-  uint64_t s = seed;
-  for (int i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    out[i] = lo + static_cast<int32_t>((s >> 33) % (hi - lo + 1));
-  }
-  return out;
+  return testing_data::UniformTrace(n, lo, hi, seed);
 }
 
 TEST(MemoryLimitsTest, MatchHandComputation) {

@@ -50,9 +50,58 @@ constexpr Scenario kScenarios[] = {
 
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
+// One scenario's rows: a line per planner and a summary line, or (with
+// `json`) a JSON object per planner appended to `out`.
+void ReportScenario(const Scenario& sc, const EvaluationResult& r, bool json,
+                    nlohmann::json* out) {
+  std::vector<const PlannerFigures*> all = {&r.dcp};
+  for (const PlannerFigures& b : r.baselines) all.push_back(&b);
+  for (const PlannerFigures* f : all) {
+    const double step_s = f->makespan_s / r.steps;
+    const double tps = r.tokens / f->makespan_s / sc.world_size;
+    const double ratio = f->makespan_s / r.lower_bound_s;
+    double vs[3] = {0, 0, 0};
+    for (size_t b = 0; b < r.baselines.size() && b < 3; ++b) {
+      vs[b] = r.baselines[b].makespan_s / f->makespan_s;
+    }
+    if (json) {
+      nlohmann::json row = {{"scenario", sc.name},
+                            {"planner", f->name},
+                            {"model", sc.model},
+                            {"gpus", sc.world_size},
+                            {"trace", sc.trace},
+                            {"steps", r.steps},
+                            {"step_s", step_s},
+                            {"tokens_per_s_per_gpu", tps},
+                            {"ratio_to_lower_bound", ratio},
+                            {"speedup_over_static_packed", vs[0]},
+                            {"speedup_over_static_balanced", vs[1]},
+                            {"speedup_over_dynamic_cp", vs[2]}};
+      if (f == &r.dcp) {
+        row["plan_ms_p50"] = Percentile(r.plan_ms, 50);
+        row["plan_ms_max"] = Percentile(r.plan_ms, 100);
+        row["prediction_error"] = r.prediction_error;
+      }
+      out->push_back(row);
+    } else {
+      std::printf("%-3s %-16s %-13s %5d %8.3f %9.0f %9.4f %8.3f %8.3f %8.3f\n",
+                  sc.name, f->name.c_str(), sc.model, sc.world_size, step_s,
+                  tps, ratio, vs[0], vs[1], vs[2]);
+    }
+  }
+  if (!json) {
+    std::printf(
+        "    lower bound %.3f s/step; dcp planning p50 %.2f ms, max %.2f ms; "
+        "static p=%d r=%.3f, balanced p=%d r=%.3f, dynamic-cp r=%.3f\n",
+        r.lower_bound_s / r.steps, Percentile(r.plan_ms, 50),
+        Percentile(r.plan_ms, 100), r.static_packed_config.group_size,
+        r.static_packed_config.recompute, r.static_balanced_config.group_size,
+        r.static_balanced_config.recompute, r.dynamic_cp_config.recompute);
+  }
+}
+
 absl::Status Run() {
-  const char* wd_env = std::getenv("BUILD_WORKING_DIRECTORY");
-  const std::string wd = wd_env == nullptr ? "" : wd_env;
+  const std::string wd = BazelWorkingDirectory();
   std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   // Under `bazel run` the bundled traces are in the runfiles, which is the
   // working directory; a user's own folder is relative to theirs.
@@ -89,51 +138,7 @@ absl::Status Run() {
     LengthView view(lengths, options.window);
     ASSIGN_OR_RETURN(EvaluationResult r, Evaluate(view, options));
 
-    std::vector<const PlannerFigures*> all = {&r.dcp};
-    for (const PlannerFigures& b : r.baselines) all.push_back(&b);
-    for (const PlannerFigures* f : all) {
-      const double step_s = f->makespan_s / r.steps;
-      const double tps = r.tokens / f->makespan_s / sc.world_size;
-      const double ratio = f->makespan_s / r.lower_bound_s;
-      double vs[3] = {0, 0, 0};
-      for (size_t b = 0; b < r.baselines.size() && b < 3; ++b) {
-        vs[b] = r.baselines[b].makespan_s / f->makespan_s;
-      }
-      if (json) {
-        nlohmann::json row = {{"scenario", sc.name},
-                              {"planner", f->name},
-                              {"model", sc.model},
-                              {"gpus", sc.world_size},
-                              {"trace", sc.trace},
-                              {"steps", r.steps},
-                              {"step_s", step_s},
-                              {"tokens_per_s_per_gpu", tps},
-                              {"ratio_to_lower_bound", ratio},
-                              {"speedup_over_static_packed", vs[0]},
-                              {"speedup_over_static_balanced", vs[1]},
-                              {"speedup_over_dynamic_cp", vs[2]}};
-        if (f == &r.dcp) {
-          row["plan_ms_p50"] = Percentile(r.plan_ms, 50);
-          row["plan_ms_max"] = Percentile(r.plan_ms, 100);
-          row["prediction_error"] = r.prediction_error;
-        }
-        out.push_back(row);
-      } else {
-        std::printf(
-            "%-3s %-16s %-13s %5d %8.3f %9.0f %9.4f %8.3f %8.3f %8.3f\n",
-            sc.name, f->name.c_str(), sc.model, sc.world_size, step_s, tps,
-            ratio, vs[0], vs[1], vs[2]);
-      }
-    }
-    if (!json) {
-      std::printf(
-          "    lower bound %.3f s/step; dcp planning p50 %.2f ms, max %.2f ms; "
-          "static p=%d r=%.3f, balanced p=%d r=%.3f, dynamic-cp r=%.3f\n",
-          r.lower_bound_s / r.steps, Percentile(r.plan_ms, 50),
-          Percentile(r.plan_ms, 100), r.static_packed_config.group_size,
-          r.static_packed_config.recompute, r.static_balanced_config.group_size,
-          r.static_balanced_config.recompute, r.dynamic_cp_config.recompute);
-    }
+    ReportScenario(sc, r, json, &out);
   }
   if (ran == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -2,31 +2,19 @@
 
 #include <cstdint>
 #include <functional>
-#include <random>
 #include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/planner/test_data.h"
 #include "scheduler/eval/simulator.h"
 
 namespace dcp {
 namespace {
 
-// A skewed trace: mostly short sequences, some medium, a few long ones.
+// Some of the long samples are beyond the window.
 std::vector<int32_t> SkewedLengths(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    const int kind = rng() % 100;
-    if (kind < 85) {
-      out.push_back(64 + rng() % 2000);
-    } else if (kind < 98) {
-      out.push_back(2000 + rng() % 20000);
-    } else {
-      out.push_back(50000 + rng() % 100000);  // some beyond the window
-    }
-  }
-  return out;
+  return testing_data::ThreeTierTrace(n, seed, 50000, 100000);
 }
 
 // A clock that advances 1 ms every time it is read.

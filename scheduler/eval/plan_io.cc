@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace dcp {
@@ -163,6 +164,43 @@ std::string StepPlanToJsonLine(const StepPlan& plan) {
   return out;
 }
 
+// One element of a plan line's "tasks"; `where` prefixes error messages.
+absl::Status ParseTask(const Json& object, const std::string& where,
+                       TaskPlan* task) {
+  if (!object.is_object()) {
+    return Invalid(where,
+                   absl::StrCat("must be a JSON object, got ", Show(object)));
+  }
+  RETURN_IF_ERROR(ReadIndexArray(object, "ranks", where, &task->ranks));
+  RETURN_IF_ERROR(ReadIndexArray(object, "samples", where, &task->samples));
+  auto recompute = object.find("recompute");
+  if (recompute == object.end()) {
+    return Invalid(where, "missing \"recompute\"");
+  }
+  RETURN_IF_ERROR(
+      ReadNumber(*recompute, where, "\"recompute\"", &task->recompute));
+  auto weights = object.find("loss_weights");
+  if (weights != object.end()) {
+    if (!weights->is_array()) {
+      return Invalid(where,
+                     absl::StrCat("\"loss_weights\" must be an array, got ",
+                                  Show(*weights)));
+    }
+    if (weights->size() != task->samples.size()) {
+      return Invalid(where, absl::StrCat("\"loss_weights\" has ",
+                                         weights->size(), " entries for ",
+                                         task->samples.size(), " samples"));
+    }
+    task->loss_weights.resize(weights->size());
+    for (size_t i = 0; i < weights->size(); ++i) {
+      RETURN_IF_ERROR(ReadNumber((*weights)[i], where,
+                                 absl::StrCat("\"loss_weights\"[", i, "]"),
+                                 &task->loss_weights[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepPlan> ParseStepPlanJsonLine(absl::string_view line) {
   Json root;
   try {
@@ -193,19 +231,12 @@ absl::StatusOr<StepPlan> ParseStepPlanJsonLine(absl::string_view line) {
   }
   plan.step = step->get<int64_t>();
   const std::string where_step = absl::StrCat("step ", plan.step, ": ");
-  if (absl::Status s =
-          ReadIndexArray(root, "samples", where_step, &plan.samples);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ReadIndexArray(root, "samples", where_step, &plan.samples));
   auto predicted = root.find("predicted_makespan_s");
   if (predicted != root.end()) {
-    if (absl::Status s =
-            ReadNumber(*predicted, where_step, "\"predicted_makespan_s\"",
-                       &plan.predicted_makespan_s);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(ReadNumber(*predicted, where_step,
+                               "\"predicted_makespan_s\"",
+                               &plan.predicted_makespan_s));
   }
 
   auto tasks = root.find("tasks");
@@ -219,50 +250,7 @@ absl::StatusOr<StepPlan> ParseStepPlanJsonLine(absl::string_view line) {
     const Json& object = (*tasks)[t];
     TaskPlan& task = plan.tasks[t];
     const std::string where = absl::StrCat(where_step, "task ", t, ": ");
-    if (!object.is_object()) {
-      return Invalid(where,
-                     absl::StrCat("must be a JSON object, got ", Show(object)));
-    }
-    if (absl::Status s = ReadIndexArray(object, "ranks", where, &task.ranks);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s =
-            ReadIndexArray(object, "samples", where, &task.samples);
-        !s.ok()) {
-      return s;
-    }
-    auto recompute = object.find("recompute");
-    if (recompute == object.end()) {
-      return Invalid(where, "missing \"recompute\"");
-    }
-    if (absl::Status s =
-            ReadNumber(*recompute, where, "\"recompute\"", &task.recompute);
-        !s.ok()) {
-      return s;
-    }
-    auto weights = object.find("loss_weights");
-    if (weights != object.end()) {
-      if (!weights->is_array()) {
-        return Invalid(where,
-                       absl::StrCat("\"loss_weights\" must be an array, got ",
-                                    Show(*weights)));
-      }
-      if (weights->size() != task.samples.size()) {
-        return Invalid(where, absl::StrCat("\"loss_weights\" has ",
-                                           weights->size(), " entries for ",
-                                           task.samples.size(), " samples"));
-      }
-      task.loss_weights.resize(weights->size());
-      for (size_t i = 0; i < weights->size(); ++i) {
-        if (absl::Status s = ReadNumber(
-                (*weights)[i], where, absl::StrCat("\"loss_weights\"[", i, "]"),
-                &task.loss_weights[i]);
-            !s.ok()) {
-          return s;
-        }
-      }
-    }
+    RETURN_IF_ERROR(ParseTask(object, where, &task));
   }
   return plan;
 }

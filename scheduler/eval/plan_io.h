@@ -1,7 +1,7 @@
 #ifndef DCP_SCHEDULER_EVAL_PLAN_IO_H_
 #define DCP_SCHEDULER_EVAL_PLAN_IO_H_
 
-// The plan file format of shared/COST_MODEL.md: JSON Lines, one step a line,
+// The plan file format of docs/COST_MODEL.md: JSON Lines, one step a line,
 //
 //   {"step": 0, "samples": [4, 9, 1],
 //    "tasks": [{"ranks": [0, 1], "samples": [4, 1], "recompute": 0.25,

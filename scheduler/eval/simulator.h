@@ -11,7 +11,7 @@
 
 namespace dcp {
 
-/// The reference cluster model of shared/COST_MODEL.md, implemented exactly.
+/// The reference cluster model of docs/COST_MODEL.md, implemented exactly.
 ///
 /// This is the ground truth every plan-quality figure comes from; the planner
 /// never uses it to make decisions (it has its own `CostModel`). Immutable

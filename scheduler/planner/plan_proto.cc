@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace dcp {
 namespace {
@@ -101,6 +102,49 @@ absl::Status ValidateGroups(const v1::StepPlan& plan, const Complaint& error) {
   return absl::OkStatus();
 }
 
+// The checks of task `i` that need nothing but the task and whether the
+// step's tasks carry loss weights (`weighted`).
+absl::Status ValidateTaskFields(const v1::Task& task, int i, bool weighted,
+                                const Complaint& error) {
+  if (task.ranks_size() == 0) return error.Task(i, "no ranks");
+  if (!StrictlyAscending(task.ranks()) || task.ranks(0) < 0) {
+    return error.Task(i, "ranks [", absl::StrJoin(task.ranks(), ","),
+                      "] must be >= 0 and strictly ascending");
+  }
+  if (task.samples_size() == 0) return error.Task(i, "no samples");
+  if (!(task.recompute() >= 0 && task.recompute() <= 1)) {
+    return error.Task(i, "recompute ", task.recompute(), " is outside [0, 1]");
+  }
+  if (weighted != (task.loss_weights_size() > 0)) {
+    return error.Task(
+        i, "loss_weights must be given on every task of a step or on none");
+  }
+  if (weighted) {
+    if (task.loss_weights_size() != task.samples_size()) {
+      return error.Task(i, task.loss_weights_size(), " loss_weights for ",
+                        task.samples_size(), " samples");
+    }
+    for (double w : task.loss_weights()) {
+      if (!std::isfinite(w) || w < 0) {
+        return error.Task(i, "loss weight ", w, " is not finite and >= 0");
+      }
+    }
+  }
+  if (task.lengths_size() != 0 && task.lengths_size() != task.samples_size()) {
+    return error.Task(i, task.lengths_size(), " lengths for ",
+                      task.samples_size(), " samples");
+  }
+  for (int64_t length : task.lengths()) {
+    if (length < 0) return error.Task(i, "length ", length, " < 0");
+  }
+  if (task.micro_steps_size() != 0 &&
+      task.micro_steps_size() != task.ranks_size()) {
+    return error.Task(i, task.micro_steps_size(), " micro_steps for ",
+                      task.ranks_size(), " ranks");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const v1::StepPlan& plan) {
   const Complaint error(plan);
   if (plan.epoch() < 0 || plan.step() < 0) {
@@ -132,12 +176,7 @@ absl::Status Validate(const v1::StepPlan& plan) {
 
   for (int i = 0; i < plan.tasks_size(); ++i) {
     const v1::Task& task = plan.tasks(i);
-    if (task.ranks_size() == 0) return error.Task(i, "no ranks");
-    if (!StrictlyAscending(task.ranks()) || task.ranks(0) < 0) {
-      return error.Task(i, "ranks [", absl::StrJoin(task.ranks(), ","),
-                        "] must be >= 0 and strictly ascending");
-    }
-    if (task.samples_size() == 0) return error.Task(i, "no samples");
+    RETURN_IF_ERROR(ValidateTaskFields(task, i, weighted, error));
     for (int64_t id : task.samples()) {
       auto it = claimed.find(id);
       if (it == claimed.end()) {
@@ -148,44 +187,13 @@ absl::Status Validate(const v1::StepPlan& plan) {
       }
       it->second = true;
     }
-    if (!(task.recompute() >= 0 && task.recompute() <= 1)) {
-      return error.Task(i, "recompute ", task.recompute(),
-                        " is outside [0, 1]");
-    }
-    if (weighted != (task.loss_weights_size() > 0)) {
-      return error.Task(
-          i, "loss_weights must be given on every task of a step or on none");
-    }
-    if (weighted) {
-      if (task.loss_weights_size() != task.samples_size()) {
-        return error.Task(i, task.loss_weights_size(), " loss_weights for ",
-                          task.samples_size(), " samples");
-      }
-      for (double w : task.loss_weights()) {
-        if (!std::isfinite(w) || w < 0) {
-          return error.Task(i, "loss weight ", w, " is not finite and >= 0");
-        }
-      }
-    }
     if (task.lengths_size() == 0) {
       all_lengths = false;
     } else {
-      if (task.lengths_size() != task.samples_size()) {
-        return error.Task(i, task.lengths_size(), " lengths for ",
-                          task.samples_size(), " samples");
-      }
-      for (int64_t length : task.lengths()) {
-        if (length < 0) return error.Task(i, "length ", length, " < 0");
-        tokens += length;
-      }
+      for (int64_t length : task.lengths()) tokens += length;
     }
     if (indexed && task.task_index() != i) {
       return error.Task(i, "task_index is ", task.task_index());
-    }
-    if (task.micro_steps_size() != 0 &&
-        task.micro_steps_size() != task.ranks_size()) {
-      return error.Task(i, task.micro_steps_size(), " micro_steps for ",
-                        task.ranks_size(), " ranks");
     }
     for (int r = 0; r < task.ranks_size(); ++r) {
       const int32_t expected = micro_steps[task.ranks(r)]++;

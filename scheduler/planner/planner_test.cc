@@ -1,30 +1,17 @@
 #include "scheduler/planner/planner.h"
 
 #include <map>
-#include <random>
 #include <set>
 
 #include "gtest/gtest.h"
+#include "scheduler/planner/test_data.h"
 #include "scheduler/eval/simulator.h"
 
 namespace dcp {
 namespace {
 
-// A skewed trace: mostly short sequences, some medium, a few very long.
 std::vector<int32_t> SkewedLengths(int n, uint32_t seed, int32_t longest) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    const int kind = rng() % 100;
-    if (kind < 85) {
-      out.push_back(64 + rng() % 2000);
-    } else if (kind < 98) {
-      out.push_back(2000 + rng() % 20000);
-    } else {
-      out.push_back(longest / 2 + rng() % (longest / 2));
-    }
-  }
-  return out;
+  return testing_data::ThreeTierTrace(n, seed, longest / 2, longest / 2);
 }
 
 std::vector<int64_t> AllIds(size_t n) {

@@ -92,8 +92,7 @@ void ShuffledOrder::MakeDense() {
 
 int64_t ShuffledOrder::Next() {
   if (Done()) StartEpoch(epoch_ + 1);
-  if (dense_.empty() &&
-      static_cast<int64_t>(swapped_.size()) >= dense_after_) {
+  if (dense_.empty() && static_cast<int64_t>(swapped_.size()) >= dense_after_) {
     MakeDense();
   }
   const int64_t i = next_position_++;

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
+#include "scheduler/planner/test_data.h"
 
 namespace dcp {
 namespace {
@@ -131,20 +132,8 @@ TEST(ShuffledOrderTest, FirstIdIsRoughlyUniform) {
   }
 }
 
-// A mostly short trace with a heavy tail of long samples.
 std::vector<int32_t> SkewedLengths(int n, uint64_t seed) {
-  std::vector<int32_t> lengths(n);
-  uint64_t state = seed;
-  for (int i = 0; i < n; ++i) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    const uint64_t r = state >> 33;
-    if (r % 10 == 0) {
-      lengths[i] = static_cast<int32_t>(8192 + (r / 10) % 24576);
-    } else {
-      lengths[i] = static_cast<int32_t>(100 + (r / 10) % 900);
-    }
-  }
-  return lengths;
+  return testing_data::HeavyTailTrace(n, seed);
 }
 
 // Checks that the steps cover whole epochs: no sample twice in an epoch, no

@@ -1,9 +1,11 @@
 #ifndef DCP_SCHEDULER_PLANNER_TEST_DATA_H_
 #define DCP_SCHEDULER_PLANNER_TEST_DATA_H_
 
-// Small models and traces the scheduler's tests share (testonly).
+// Small models and traces the scheduler's tests share (testonly): every
+// test trace generator is here.
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "common/model_spec.h"
@@ -47,15 +49,73 @@ inline ClusterSpec RoundCluster(double hbm_bytes) {
   return c;
 }
 
+/// The generator the LCG traces below draw from (Knuth's MMIX constants), so
+/// that they do not depend on the standard library's distributions.
+class Lcg {
+ public:
+  explicit Lcg(uint64_t seed) : state_(seed) {}
+  /// The next 31 random bits.
+  uint64_t Next() {
+    state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state_ >> 33;
+  }
+
+ private:
+  uint64_t state_;
+};
+
 /// A deterministic trace of `n` lengths from `seed`: 90% short (128-3724
 /// tokens), 10% long (8192-27992 tokens).
 inline std::vector<int32_t> SkewedTrace(int n, uint64_t seed) {
   std::vector<int32_t> lengths;
-  uint64_t x = seed;
+  Lcg rng(seed);
   for (int i = 0; i < n; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    const int32_t r = static_cast<int32_t>((x >> 33) % 1000);
+    const int32_t r = static_cast<int32_t>(rng.Next() % 1000);
     lengths.push_back(r < 900 ? 128 + r * 4 : 8192 + (r - 900) * 200);
+  }
+  return lengths;
+}
+
+/// Mostly short with a heavy tail: 10% long (8192-32767 tokens), the rest
+/// 100-999 tokens.
+inline std::vector<int32_t> HeavyTailTrace(int n, uint64_t seed) {
+  std::vector<int32_t> lengths(n);
+  Lcg rng(seed);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t r = rng.Next();
+    lengths[i] = static_cast<int32_t>(r % 10 == 0 ? 8192 + (r / 10) % 24576
+                                                  : 100 + (r / 10) % 900);
+  }
+  return lengths;
+}
+
+/// `n` lengths uniform in [lo, hi].
+inline std::vector<int32_t> UniformTrace(int n, int lo, int hi,
+                                         uint64_t seed) {
+  std::vector<int32_t> lengths(n);
+  Lcg rng(seed);
+  for (int i = 0; i < n; ++i) {
+    lengths[i] = lo + static_cast<int32_t>(rng.Next() % (hi - lo + 1));
+  }
+  return lengths;
+}
+
+/// Three tiers from std::mt19937(seed): 85% short (64-2063 tokens), 13%
+/// medium (2000-21999), 2% long (`long_min` to `long_min + long_span - 1`).
+inline std::vector<int32_t> ThreeTierTrace(int n, uint32_t seed,
+                                           int32_t long_min,
+                                           int32_t long_span) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> lengths;
+  for (int i = 0; i < n; ++i) {
+    const int kind = rng() % 100;
+    if (kind < 85) {
+      lengths.push_back(64 + rng() % 2000);
+    } else if (kind < 98) {
+      lengths.push_back(2000 + rng() % 20000);
+    } else {
+      lengths.push_back(long_min + rng() % long_span);
+    }
   }
   return lengths;
 }

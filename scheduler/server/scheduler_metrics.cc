@@ -51,8 +51,16 @@ SchedulerMetrics::SchedulerMetrics(MetricsRegistry* registry, Clock* clock)
     : registry_(registry), clock_(clock != nullptr ? clock : &real_clock_) {}
 
 absl::Status SchedulerMetrics::Register() {
+  RETURN_IF_ERROR(RegisterEventFamilies());
+  registry_->AddCollectHook([this] { TakeSnapshot(); });
+  RETURN_IF_ERROR(RegisterJobFamilies());
+  RETURN_IF_ERROR(RegisterRankFamilies());
+  return RegisterModelFamilies();
+}
+
+// Families fed by the control plane's events and the RPC hook.
+absl::Status SchedulerMetrics::RegisterEventFamilies() {
   MetricsRegistry& r = *registry_;
-  // --- fed by events
   ASSIGN_OR_RETURN(
       planning_seconds_,
       r.AddHistogram("dcp_scheduler_planning_seconds",
@@ -93,8 +101,13 @@ absl::Status SchedulerMetrics::Register() {
     RETURN_IF_ERROR(rejected_reports_->WithLabels({code}).status());
   }
 
-  // --- read from a Status() snapshot at each scrape
-  registry_->AddCollectHook([this] { TakeSnapshot(); });
+  return absl::OkStatus();
+}
+
+// The job's progress and membership, read from the Status() snapshot at
+// each scrape.
+absl::Status SchedulerMetrics::RegisterJobFamilies() {
+  MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kGauge, "dcp_scheduler_info",
       "Always 1; labels name the session and the model planned for.",
@@ -136,6 +149,12 @@ absl::Status SchedulerMetrics::Register() {
             s.ranks().begin(), s.ranks().end(),
             [](const v1::RankStatus& r) { return r.connected(); });
       }));
+  return absl::OkStatus();
+}
+
+// Per-rank statistics, from the snapshot.
+absl::Status SchedulerMetrics::RegisterRankFamilies() {
+  MetricsRegistry& r = *registry_;
   // Lag statistics over the registered ranks; no sample while none is.
   // Each is the `value` of the rank that comes first (max) or last by
   // `key`.
@@ -168,9 +187,8 @@ absl::Status SchedulerMetrics::Register() {
   RETURN_IF_ERROR(add_rank_gauge(
       "dcp_scheduler_slowest_rank",
       "The registered rank with the largest lag (the lowest on a tie).", lag,
-      /*max=*/true, [](const v1::RankStatus& r) {
-        return static_cast<double>(r.rank());
-      }));
+      /*max=*/true,
+      [](const v1::RankStatus& r) { return static_cast<double>(r.rank()); }));
   const RankField idle = [](const v1::RankStatus& r) {
     return r.idle_seconds();
   };
@@ -179,6 +197,12 @@ absl::Status SchedulerMetrics::Register() {
       "Longest time since a registered rank registered, reported or was "
       "sent a step; a large value points at a stuck agent.",
       idle, /*max=*/true, idle));
+  return absl::OkStatus();
+}
+
+// Reports, the cost model, the store and the stop state, from the snapshot.
+absl::Status SchedulerMetrics::RegisterModelFamilies() {
+  MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(AddStatusCounter(
       "dcp_scheduler_timing_reports_total", "Timing reports accepted.",
       [](const v1::StatusResponse& s) { return s.timing_reports(); }));

@@ -82,6 +82,10 @@ class SchedulerMetrics {
  private:
   SchedulerMetrics(MetricsRegistry* registry, Clock* clock);
   absl::Status Register();
+  absl::Status RegisterEventFamilies();
+  absl::Status RegisterJobFamilies();
+  absl::Status RegisterRankFamilies();
+  absl::Status RegisterModelFamilies();
   /// The collect hook: takes the snapshot the status families read.
   void TakeSnapshot();
   /// `value(snapshot)` as one sample, none before the source is set.

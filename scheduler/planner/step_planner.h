@@ -1,0 +1,178 @@
+#ifndef DCP_SCHEDULER_PLANNER_STEP_PLANNER_H_
+#define DCP_SCHEDULER_PLANNER_STEP_PLANNER_H_
+
+// The planner's working state for one step, shared by its source files
+// (planner.cc: the entry point and the emitted plan; step_sizing.cc: group
+// sizes and recompute of each sequence; step_packing.cc: groups chosen and
+// placed, short sequences filled in and the step time estimated;
+// step_dealing.cc: short sequences dealt to ranks and the result refined).
+// Private to the planner library.
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "scheduler/planner/cost_model.h"
+#include "scheduler/planner/plan.h"
+#include "scheduler/planner/planner.h"
+
+namespace dcp {
+namespace planner_internal {
+
+// A sequence of the step as the planner sees it.
+struct Item {
+  int64_t id = 0;
+  double length = 0;
+  double units = 0;  // attention units, CostModel::AttentionUnits(length)
+};
+
+// A contiguous run of ranks a group may occupy.
+struct Block {
+  int first = 0;
+  bool intra = true;
+};
+
+// The (group size, recompute step) a long sequence runs with.
+struct GroupConfig {
+  int p = 0;
+  int k = 0;  // recompute = k / layers
+  double dur_intra = 0;
+  double dur_inter = 0;
+  double area = 0;  // p * duration: GPU-seconds
+  // GPU-seconds less what filling the spare capacity with short sequences
+  // saves against running them in packs of their own.
+  double fill_area = 0;
+  double spare_tokens = 0;
+  double fill_cost_per_token = 0;  // GPU-seconds per token riding along
+};
+
+struct LongTask {
+  int item = 0;
+  GroupConfig config;
+  // Short sequences riding along in the group's spare memory.
+  std::vector<int> extra;
+  double tokens = 0;
+  double units = 0;
+  double dur_intra = 0;  // with the riders, on one node
+  int first_rank = 0;
+};
+
+// A pack of short sequences on one rank. Its sequences form a linked list
+// through Draft::next_item, so dealing allocates nothing per sequence.
+struct Pack {
+  double tokens = 0;
+  double units = 0;
+  int head = -1;
+  int count = 0;
+};
+
+// Everything one candidate plan consists of before it becomes a StepPlan.
+struct Draft {
+  std::vector<LongTask> long_tasks;           // in execution order
+  std::vector<std::vector<Pack>> rank_packs;  // short packs of each rank
+  std::vector<double> finish;                 // predicted finish per rank
+  std::vector<int> short_items;               // longest first
+  std::vector<int> next_item;                 // pack lists, -1 ends one
+  double makespan = std::numeric_limits<double>::infinity();
+};
+
+class StepPlanner {
+ public:
+  StepPlanner(const CostModel& model, const PlannerOptions& options,
+              const std::vector<int>& sizes)
+      : model_(model),
+        options_(options),
+        sizes_(sizes),
+        world_(options.world_size),
+        layers_(model.model().layers),
+        node_(model.gpus_per_node()) {}
+
+  absl::StatusOr<StepPlan> Plan(int64_t step, absl::Span<const int64_t> samples,
+                                const LengthView& lengths);
+
+ private:
+  double Recompute(int k) const { return static_cast<double>(k) / layers_; }
+  // Smallest recompute step whose token capacity holds `tokens_per_gpu`, or
+  // -1 when none does.
+  int MinRecompute(double tokens_per_gpu) const {
+    auto it = std::lower_bound(max_tokens_.begin(), max_tokens_.end(),
+                               tokens_per_gpu);
+    return it == max_tokens_.end() ? -1
+                                   : static_cast<int>(it - max_tokens_.begin());
+  }
+  double PackCost(double tokens, double units) const {
+    return tokens <= 0 ? 0.0
+                       : model_.TaskSecondsFromSums(1, true, tokens, units,
+                                                    short_recompute_);
+  }
+  // Cost a short item adds to a pack that already exists.
+  double ItemCost(const Item& it) const {
+    return PackCost(it.length, it.units) - pack_overhead_;
+  }
+  static void AddToPack(int i, const Item& it, Pack* pack, Draft* d) {
+    pack->tokens += it.length;
+    pack->units += it.units;
+    d->next_item[i] = pack->head;
+    pack->head = i;
+    ++pack->count;
+  }
+
+  void SortByLength();
+  void ChooseShortPackConfig();
+  absl::Status ComputeGroupConfigs();
+  absl::Status AddGroupConfigs(int i);
+  GroupConfig MakeConfig(const Item& it, int p, int k) const;
+  std::vector<Block> BlocksOf(int p) const;
+  // Splits the sequences into groups and short ones for a split threshold,
+  // places the groups and estimates the step time (`WaterLevel`).
+  Draft Build(double limit, bool fill) const;
+  // Build's parts: which candidates become groups (the rest joins
+  // `short_items`), then where each group runs.
+  void ChooseGroups(double limit, bool fill, std::vector<int>* short_items,
+                    Draft* d) const;
+  void PlaceGroups(Draft* d) const;
+  double WaterLevel(const Draft& d) const;
+  // Deals the short sequences and refines: the draft's exact step time.
+  void Finish(Draft* d) const;
+  void Fill(std::vector<int>* short_items, Draft* d) const;
+  double LongDuration(const LongTask& t, bool intra) const {
+    return model_.TaskSecondsFromSums(t.config.p, intra, t.tokens, t.units,
+                                      Recompute(t.config.k));
+  }
+  void Deal(const std::vector<int>& short_items, Draft* d) const;
+  void Refine(Draft* d) const;
+  StepPlan Emit(int64_t step, const Draft& d, double total_tokens) const;
+
+  const CostModel& model_;
+  const PlannerOptions& options_;
+  const std::vector<int>& sizes_;
+  const int world_;
+  const int layers_;
+  const int node_;
+
+  absl::Span<const int64_t> samples_;  // the step's samples, as given
+  std::vector<Item> items_;            // the step's sequences, longest first
+  std::vector<double> max_tokens_;     // per recompute step k
+  int short_k_ = 0;
+  double short_recompute_ = 0;
+  double short_cap_ = 0;
+  double pack_overhead_ = 0;
+  double short_cost_per_token_ = 0;  // in a full short pack, overhead shared
+  // Group configurations of the longest sequences: configs_[i] belongs to
+  // items_[i]; every later sequence always goes into a short pack.
+  std::vector<std::vector<GroupConfig>> configs_;
+  std::vector<double> single_dur_;  // per item, alone in a short pack
+  std::vector<double> item_cost_;   // per item, added to an open short pack
+  double mean_load_ = 0;
+  // Sums over the sequences past the group candidates (always short).
+  double tail_cost_ = 0;
+  double tail_tokens_ = 0;
+};
+
+}  // namespace planner_internal
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_PLANNER_STEP_PLANNER_H_

@@ -1,0 +1,160 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "scheduler/planner/step_planner.h"
+
+namespace dcp {
+namespace planner_internal {
+
+void StepPlanner::SortByLength() {
+  // Two stable 16-bit radix passes on (2^32 - 1 - length): longest first, in
+  // step order among equal lengths. Much faster than a comparison sort on
+  // the 10^5 sequences of a large step, and the later passes over the
+  // sequences then read memory in order.
+  const int n = static_cast<int>(items_.size());
+  std::vector<uint32_t> key(n);
+  for (int i = 0; i < n; ++i) {
+    key[i] = 0xFFFFFFFFu - static_cast<uint32_t>(items_[i].length);
+  }
+  std::vector<int> a(n), b(n);
+  std::iota(a.begin(), a.end(), 0);
+  for (int shift : {0, 16}) {
+    std::vector<int> count(65537, 0);
+    for (int i : a) ++count[((key[i] >> shift) & 0xFFFF) + 1];
+    for (int k = 0; k < 65536; ++k) count[k + 1] += count[k];
+    for (int i : a) b[count[(key[i] >> shift) & 0xFFFF]++] = i;
+    a.swap(b);
+  }
+  std::vector<Item> sorted(n);
+  for (int k = 0; k < n; ++k) sorted[k] = items_[a[k]];
+  items_.swap(sorted);
+}
+
+void StepPlanner::ChooseShortPackConfig() {
+  // The recompute ratio of packs of short sequences: the one with the least
+  // time per token for a full pack (less recompute, or more room per pack).
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 0; k <= layers_; ++k) {
+    const double cap = max_tokens_[k];
+    if (cap < 1) continue;
+    const double per_token =
+        model_.TaskSecondsFromSums(1, true, cap, 0, Recompute(k)) / cap;
+    if (per_token < best * (1 - 1e-12)) {
+      best = per_token;
+      short_k_ = k;
+    }
+  }
+  short_recompute_ = Recompute(short_k_);
+  short_cap_ = std::floor(max_tokens_[short_k_]);
+  pack_overhead_ = PackCost(1, 0) - (PackCost(2, 0) - PackCost(1, 0));
+  short_cost_per_token_ = PackCost(short_cap_, 0) / short_cap_;
+}
+
+GroupConfig StepPlanner::MakeConfig(const Item& it, int p, int k) const {
+  GroupConfig c;
+  c.p = p;
+  c.k = k;
+  const double r = Recompute(k);
+  c.dur_intra = model_.TaskSecondsFromSums(p, true, it.length, it.units, r);
+  c.dur_inter = model_.TaskSecondsFromSums(p, false, it.length, it.units, r);
+  c.area = p * (p <= node_ ? c.dur_intra : c.dur_inter);
+  c.spare_tokens = std::floor(p * max_tokens_[k]) - it.length;
+  // Marginal GPU-seconds per token of a short sequence added to the group
+  // (linear and all-to-all work; attention is the same anywhere).
+  const double step = 1024;
+  c.fill_cost_per_token = p *
+                          (model_.TaskSecondsFromSums(
+                               p, p <= node_, it.length + step, it.units, r) -
+                           (p <= node_ ? c.dur_intra : c.dur_inter)) /
+                          step;
+  c.fill_area =
+      c.area - c.spare_tokens *
+                   std::max(0.0, short_cost_per_token_ - c.fill_cost_per_token);
+  return c;
+}
+
+absl::Status StepPlanner::AddGroupConfigs(int i) {
+  const Item& it = items_[i];
+  std::vector<GroupConfig> configs;
+  for (int p : sizes_) {
+    const int k = MinRecompute(it.length / p);
+    if (k >= 0) configs.push_back(MakeConfig(it, p, k));
+  }
+  if (configs.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sample ", it.id, " of ", static_cast<int64_t>(it.length),
+                     " tokens does not fit in memory on any group (sizes ",
+                     absl::StrJoin(sizes_, ","), ") even with full recompute"));
+  }
+  configs_.push_back(std::move(configs));
+  return absl::OkStatus();
+}
+
+absl::Status StepPlanner::ComputeGroupConfigs() {
+  // Only a prefix of the longest sequences can ever run in a group of their
+  // own: those too long for a short pack, and those whose pack alone would
+  // take longer than the smallest split threshold. Lengths, and so pack
+  // times, fall along `items_`.
+  configs_.clear();
+  single_dur_.resize(items_.size());
+  item_cost_.resize(items_.size());
+  double total_area = 0;
+  const int n = static_cast<int>(items_.size());
+  for (int i = 0; i < n; ++i) {
+    const Item& it = items_[i];
+    single_dur_[i] = PackCost(it.length, it.units);
+    item_cost_[i] = single_dur_[i] - pack_overhead_;
+    if (it.length > short_cap_) {
+      RETURN_IF_ERROR(AddGroupConfigs(i));
+      double best = std::numeric_limits<double>::infinity();
+      for (const GroupConfig& c : configs_.back())
+        best = std::min(best, c.area);
+      total_area += best;
+    } else {
+      total_area += item_cost_[i] + pack_overhead_ * it.length / short_cap_;
+    }
+  }
+  mean_load_ = total_area / world_;
+  const double min_limit = *std::min_element(options_.split_thresholds.begin(),
+                                             options_.split_thresholds.end()) *
+                           mean_load_;
+  for (int i = static_cast<int>(configs_.size()); i < n; ++i) {
+    if (single_dur_[i] <= min_limit) break;
+    RETURN_IF_ERROR(AddGroupConfigs(i));
+  }
+  tail_cost_ = 0;
+  tail_tokens_ = 0;
+  for (int i = static_cast<int>(configs_.size()); i < n; ++i) {
+    tail_cost_ += item_cost_[i];
+    tail_tokens_ += items_[i].length;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Block> StepPlanner::BlocksOf(int p) const {
+  std::vector<Block> blocks;
+  std::vector<bool> taken(world_, false);
+  if (p <= node_) {
+    for (int base = 0; base + node_ <= world_; base += node_) {
+      for (int k = 0; (k + 1) * p <= node_; ++k) {
+        blocks.push_back({base + k * p, true});
+        taken[base + k * p] = true;
+      }
+    }
+  }
+  for (int first = 0; first + p <= world_; first += p) {
+    if (taken[first]) continue;
+    const bool intra = first / node_ == (first + p - 1) / node_;
+    blocks.push_back({first, intra});
+  }
+  return blocks;
+}
+
+}  // namespace planner_internal
+}  // namespace dcp
