@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing (tools/setup.sh), then builds and runs every test.
+# Installs what is missing (tools/setup.sh), checks the layering rules
+# (tools/check_layering.sh), then builds and runs every test.
 #
 #   tools/test.sh                      # bazel test //...
 #   tools/test.sh //scheduler/...       # other targets (or extra bazel flags)
@@ -11,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 tools/setup.sh
+tools/check_layering.sh
 
 jobs="${DCP_JOBS:-$(nproc)}"
 flags=(

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Checks the dependency rules of README.md's Layout section that BUILD
+# visibility alone cannot state (visibility cannot tell a test from a
+# library): prints each broken rule with a path that breaks it, and exits 1
+# when there is one. tools/test.sh runs it before the tests.
+#
+#   tools/check_layering.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# "from" "to" "why": no dependency path may lead from the first set of
+# targets to the second.
+# Libraries and binaries of a set of packages, tests and test helpers left out.
+delivered() {
+  echo "kind('cc_library|cc_binary', $1) except attr(testonly, 1, $1)"
+}
+
+rules=(
+  "$(delivered '//scheduler/server/... + //scheduler/control/...')"
+  "//scheduler/eval/..."
+  "the daemon and the control plane link no evaluation code (simulator, baselines)"
+
+  "$(delivered '//worker_agent/... + //client_lib/... + //comm/... + //kernels/...')"
+  "//scheduler/..."
+  "the agent, the client and their communicators speak the wire schema, never the scheduler's code"
+
+  "$(delivered '//scheduler/planner/... + //scheduler/lengths/...')"
+  "//scheduler/control/... + //scheduler/server/... + //scheduler/eval/... + @grpc//..."
+  "the planner and the length readers are plain C++: no control plane, no evaluation, no gRPC"
+
+  "$(delivered '//...')"
+  "//tests/..."
+  "nothing but tests depends on tests/"
+)
+
+broken=0
+for ((i = 0; i < ${#rules[@]}; i += 3)); do
+  from="${rules[i]}" to="${rules[i + 1]}" why="${rules[i + 2]}"
+  path="$(bazel query --noshow_progress --noshow_loading_progress \
+    "somepath(${from}, ${to})" 2>/dev/null)" || {
+    echo "check_layering: bazel query failed for: somepath(${from}, ${to})" >&2
+    exit 2
+  }
+  if [[ -n "${path}" ]]; then
+    echo "layering broken: ${why}; a path:"
+    echo "${path}" | sed 's/^/  /'
+    broken=1
+  fi
+done
+((broken == 0)) && echo "layering: all $((${#rules[@]} / 3)) rules hold"
+exit "${broken}"
