@@ -1,29 +1,23 @@
 #include "scheduler/control/control_plane.h"
 
-#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "absl/memory/memory.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "scheduler/planner/plan_proto.h"
 
 namespace dcp {
 namespace {
 
-using WakeList = std::vector<std::shared_ptr<std::function<void()>>>;
-
-void CallAll(const WakeList& wakes) {
-  for (const auto& wake : wakes) {
-    if (wake != nullptr && *wake) (*wake)();
-  }
-}
+/// How often the planner thread looks at the clock while the start-up
+/// profile waits for its deadline (the clock is injected: nothing wakes the
+/// thread when it passes).
+constexpr absl::Duration kProfilePoll = absl::Milliseconds(100);
 
 std::string RandomSessionId() {
   absl::BitGen gen;
@@ -34,18 +28,6 @@ CostModel InitialModel(const ControlPlaneOptions& options) {
   if (options.cost_model.has_value()) return *options.cost_model;
   return CostModel::FromSpecs(options.cluster, options.model,
                               options.world_size);
-}
-
-/// A key for error messages: short keys as they are, long ones cut.
-std::string Printable(absl::string_view key) {
-  constexpr size_t kShown = 80;
-  if (key.size() <= kShown) return absl::StrCat("'", key, "'");
-  return absl::StrCat("'", key.substr(0, kShown), "...' (", key.size(),
-                      " bytes)");
-}
-
-bool SaneSeconds(double s, double max) {
-  return std::isfinite(s) && s >= 0 && s <= max;
 }
 
 absl::Status CheckOptions(const ControlPlaneOptions& o) {
@@ -101,6 +83,33 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
   return ValidateModelSpec(o.model);
 }
 
+// The parts' options, each in its struct's field order.
+
+ReportLedgerOptions LedgerOptions(const ControlPlaneOptions& o) {
+  return {InitialModel(o), o.observation_window, o.refit_every,
+          o.step_error_window, o.sync_window};
+}
+
+ProfileStageOptions ProfileOptions(const ControlPlaneOptions& o,
+                                   const std::string& session_id) {
+  return {o.profile_at_start, o.profile_timeout,       session_id,
+          o.world_size,       o.cluster.gpus_per_node, o.model.heads,
+          o.profile_lengths,  o.profile_recompute,     o.profile_repetitions};
+}
+
+StepWindowOptions WindowOptions(const ControlPlaneOptions& o,
+                                const std::string& session_id, Clock* clock) {
+  return {session_id,   o.world_size,        o.cluster.gpus_per_node,
+          o.model.name, o.max_message_bytes, o.lookahead_steps,
+          o.max_steps,  o.max_task_seconds,  clock};
+}
+
+RendezvousStoreOptions StoreOptions(const ControlPlaneOptions& o,
+                                    const std::string& session_id) {
+  return {session_id, o.store_max_key_bytes, o.store_max_value_bytes,
+          o.store_max_keys, o.store_max_total_bytes};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(
@@ -118,8 +127,9 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(
     cp->builder_.emplace(std::move(builder));
     PlannerOptions planner_options = cp->options_.planner;
     planner_options.world_size = cp->options_.world_size;
-    ASSIGN_OR_RETURN(Planner planner,
-                     Planner::Create(cp->initial_model_, planner_options));
+    ASSIGN_OR_RETURN(
+        Planner planner,
+        Planner::Create(InitialModel(cp->options_), planner_options));
     cp->planner_.emplace(std::move(planner));
   }
   if (cp->options_.start_planner_thread) {
@@ -133,38 +143,15 @@ ControlPlane::ControlPlane(ControlPlaneOptions options)
       lengths_(options_.lengths, options_.window),
       session_id_(options_.session_id.empty() ? RandomSessionId()
                                               : options_.session_id),
-      initial_model_(InitialModel(options_)),
+      limits_{options_.world_size, options_.cluster.gpus_per_node,
+              options_.max_task_seconds},
       clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
-      ranks_(options_.world_size),
-      profile_request_(MakeProfileRequest()),
-      profile_pending_(options_.profile_at_start),
-      profile_answered_(options_.world_size, false),
-      model_(initial_model_) {}
-
-v1::ProfileRequest ControlPlane::MakeProfileRequest() const {
-  v1::ProfileRequest request;
-  request.set_epoch(0);
-  for (int64_t length : options_.profile_lengths) request.add_lengths(length);
-  for (double r : options_.profile_recompute) request.add_recompute(r);
-  request.set_repetitions(options_.profile_repetitions);
-  const int world = options_.world_size;
-  const int largest = std::min(world, options_.cluster.gpus_per_node);
-  int group_id = 1;
-  for (int p = 1; p <= largest; ++p) {
-    if (world % p != 0 || options_.model.heads % p != 0) continue;
-    request.add_group_sizes(p);
-    if (p == 1) continue;
-    for (int first = 0; first < world; first += p) {
-      v1::CommGroup& group = *request.add_groups();
-      group.set_id(group_id++);
-      for (int r = first; r < first + p; ++r) group.add_ranks(r);
-      group.set_rendezvous_prefix(
-          absl::StrCat(session_id_, "/e", request.epoch(), "/profile/g",
-                       absl::StrJoin(group.ranks(), "-")));
-    }
-  }
-  return request;
-}
+      ledger_(LedgerOptions(options_)),
+      refits_(InitialModel(options_), options_.prior_weight, &ledger_,
+              options_.on_refit),
+      profile_(ProfileOptions(options_, session_id_)),
+      window_(WindowOptions(options_, session_id_, clock_)),
+      store_(StoreOptions(options_, session_id_)) {}
 
 ControlPlane::~ControlPlane() {
   Shutdown();
@@ -173,32 +160,35 @@ ControlPlane::~ControlPlane() {
 
 // ---------------------------------------------------------------- planning
 
-bool ControlPlane::PlannerHasWork() const {
-  return !shutdown_ && !draining_ && planner_error_.ok() && !profile_pending_ &&
-         planned_steps_ < completed_steps_ + options_.lookahead_steps &&
-         (options_.max_steps == 0 || planned_steps_ < options_.max_steps);
+void ControlPlane::WakePlanner() {
+  absl::MutexLock lock(&wake_mu_);
+  ++wake_generation_;
 }
 
-bool ControlPlane::PlannerShouldRun() const {
-  return shutdown_ || PlannerHasWork();
+int64_t ControlPlane::WakeGeneration() const {
+  absl::MutexLock lock(&wake_mu_);
+  return wake_generation_;
+}
+
+void ControlPlane::AwaitWake(int64_t seen, absl::Duration timeout) const {
+  const auto woken = [this, seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return wake_generation_ != seen;
+  };
+  absl::MutexLock lock(&wake_mu_);
+  wake_mu_.AwaitWithTimeout(absl::Condition(&woken), timeout);
 }
 
 void ControlPlane::PlannerLoop() {
   while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Condition run(this, &ControlPlane::PlannerShouldRun);
-      if (profile_pending_) {
-        // The profile deadline is by the injected clock: poll it.
-        mu_.AwaitWithTimeout(run, absl::Milliseconds(100));
-      } else {
-        mu_.Await(run);
-      }
-      if (shutdown_) return;
-    }
-    // Errors are kept in planner_error_ (and end the streams); the loop then
+    // Read before looking for work, so a wake after the look is not lost.
+    const int64_t seen = WakeGeneration();
+    if (window_.shut_down()) return;
+    // Errors are kept by the window (and end the streams); the loop then
     // waits for shutdown.
-    PlanOneStep().IgnoreError();
+    absl::StatusOr<bool> planned = PlanOneStep();
+    if (planned.ok() && *planned) continue;
+    AwaitWake(seen,
+              profile_.pending() ? kProfilePoll : absl::InfiniteDuration());
   }
 }
 
@@ -211,675 +201,138 @@ absl::StatusOr<int> ControlPlane::PlanAvailableSteps() {
   }
 }
 
-ControlPlane::StepRecord ControlPlane::MakeRecord(const StepPlan& plan,
-                                                  int64_t epoch) const {
-  StepRecord record;
-  record.plan = ToProto(plan, lengths_, epoch);
-  for (v1::CommGroup& group : *record.plan.mutable_groups()) {
-    group.set_rendezvous_prefix(absl::StrCat(
-        session_id_, "/e", epoch, "/g", absl::StrJoin(group.ranks(), "-")));
-  }
-  std::vector<v1::RankStep> views =
-      AllRankViews(record.plan, options_.world_size);
-  record.updates.reserve(views.size());
-  for (v1::RankStep& view : views) {
-    auto update = std::make_shared<v1::PlanUpdate>();
-    update->mutable_step()->Swap(&view);
-    record.updates.push_back(std::move(update));
-  }
-  record.reported.assign(options_.world_size, false);
-  record.rank_seconds.assign(options_.world_size, 0.0);
-  return record;
-}
-
-bool ControlPlane::ExpireProfileIfDue() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!profile_pending_) return false;
-    if (profile_ending_ || clock_->Now() < profile_deadline_) return true;
-    profile_ending_ = true;
-  }
-  FinishProfile(/*timed_out=*/true);
-  return false;
-}
-
-void ControlPlane::FinishProfile(bool timed_out) {
-  std::optional<PendingRefit> pending;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!observations_.empty()) {
-      new_observations_ = 0;
-      pending = MakePendingRefit();
-    }
-  }
-  std::optional<RefitEvent> refit;
-  if (pending.has_value()) refit = Refit(*std::move(pending));
-  ProfileDoneEvent done;
-  {
-    absl::MutexLock lock(&mu_);
-    done.timed_out = timed_out;
-    for (int r = 0; r < options_.world_size; ++r) {
-      (profile_answered_[r] ? done.answered : done.missing).push_back(r);
-    }
-    done.observations = static_cast<int64_t>(observations_.size());
-  }
+void ControlPlane::EndProfileIfDue() {
+  const std::optional<bool> timed_out = profile_.BeginEnd(clock_->Now());
+  if (!timed_out.has_value()) return;
   // The callbacks run before planning may start, so logs read in order.
-  if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
-  if (options_.on_profile_done) options_.on_profile_done(done);
-  WakeList wakes;
-  {
-    absl::MutexLock lock(&mu_);
-    profile_pending_ = false;
-    wakes = AllWakes();
+  refits_.RunNow();
+  if (options_.on_profile_done) {
+    options_.on_profile_done(
+        profile_.Outcome(*timed_out, ledger_.observations()));
   }
-  CallAll(wakes);
+  profile_.End();
+  window_.WakeAll();
 }
 
 absl::StatusOr<bool> ControlPlane::PlanOneStep() {
-  if (ExpireProfileIfDue()) return false;
-  WakeList wakes;
-  PlannedStepEvent event;
-  absl::Status failure;
+  EndProfileIfDue();
+  // Before planning, so the step is planned with the refitted model.
+  refits_.RunDue();
+  if (profile_.pending()) return false;
+  absl::StatusOr<std::optional<PlannedStepEvent>> event;
   {
     absl::MutexLock plan_lock(&plan_mu_);
-    int64_t step = 0;
-    int64_t epoch = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!PlannerHasWork()) return false;
-      step = planned_steps_;
-      epoch = epoch_;
-      if (planner_model_version_ != model_version_) {
-        planner_->set_cost_model(model_);
-        planner_model_version_ = model_version_;
-      }
-    }
-    const absl::Time start = clock_->Now();
-    absl::StatusOr<std::vector<int64_t>> samples = builder_->NextStep();
-    absl::StatusOr<StepPlan> plan =
-        samples.ok() ? planner_->PlanStep(step, *samples, lengths_)
-                     : absl::StatusOr<StepPlan>(samples.status());
-    if (plan.ok()) {
-      StepRecord record = MakeRecord(*plan, epoch);
-      event.epoch = epoch;
-      event.step = step;
-      event.samples = record.plan.samples_size();
-      event.tokens = record.plan.total_tokens();
-      event.tasks = record.plan.tasks_size();
-      event.groups = record.plan.groups_size();
-      event.predicted_seconds = record.plan.predicted_makespan_s();
-      event.planning_time = clock_->Now() - start;
-
-      absl::MutexLock lock(&mu_);
-      // A drain or shutdown while planning discards the step: the step
-      // number Drain returned stays the last one.
-      if (!PlannerHasWork() || epoch != epoch_) return false;
-      window_.push_back(std::move(record));
-      ++planned_steps_;
-      if (options_.max_steps > 0 && planned_steps_ >= options_.max_steps) {
-        draining_ = true;
-      }
-      wakes = AllWakes();
-    } else {
-      failure =
-          absl::Status(plan.status().code(),
-                       absl::StrCat("planning step ", step,
-                                    " failed: ", plan.status().message()));
-      absl::MutexLock lock(&mu_);
-      planner_error_ = failure;
-      draining_ = true;
-      wakes = AllWakes();
-    }
+    event = PlanLocked();
   }
-  CallAll(wakes);
-  if (!failure.ok()) return failure;
-  if (options_.on_step_planned) options_.on_step_planned(event);
+  // A new step, or a planning error that drains: the streams have news.
+  if (!event.ok() || event->has_value()) window_.WakeAll();
+  RETURN_IF_ERROR(event.status());
+  if (!event->has_value()) return false;
+  if (options_.on_step_planned) options_.on_step_planned(**event);
   return true;
 }
 
+absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
+  const std::optional<StepToPlan> next = window_.NextStepToPlan();
+  if (!next.has_value()) return std::nullopt;
+  if (std::optional<CostModel> model =
+          ledger_.ModelIfNewer(&planner_model_version_)) {
+    planner_->set_cost_model(*std::move(model));
+  }
+  const absl::Time start = clock_->Now();
+  absl::StatusOr<std::vector<int64_t>> samples = builder_->NextStep();
+  absl::StatusOr<StepPlan> plan =
+      samples.ok() ? planner_->PlanStep(next->step, *samples, lengths_)
+                   : absl::StatusOr<StepPlan>(samples.status());
+  if (!plan.ok()) {
+    absl::Status failure(plan.status().code(),
+                         absl::StrCat("planning step ", next->step,
+                                      " failed: ", plan.status().message()));
+    window_.FailPlanning(failure);
+    return failure;
+  }
+  v1::StepPlan proto = ToProto(*plan, lengths_, next->epoch);
+  PlannedStepEvent event;
+  event.epoch = next->epoch;
+  event.step = next->step;
+  event.samples = proto.samples_size();
+  event.tokens = proto.total_tokens();
+  event.tasks = proto.tasks_size();
+  event.groups = proto.groups_size();
+  event.predicted_seconds = proto.predicted_makespan_s();
+  event.planning_time = clock_->Now() - start;
+  // A drain or shutdown while planning discards the step.
+  if (!window_.AddPlannedStep(std::move(proto), next->step, next->epoch)) {
+    return std::nullopt;
+  }
+  return event;
+}
+
 bool ControlPlane::AwaitPlanned(int64_t steps, absl::Duration timeout) const {
-  struct Wanted {
-    const ControlPlane* cp;
-    int64_t steps;
-  } wanted{this, steps};
-  auto done = [](Wanted* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    const ControlPlane& cp = *w->cp;
-    return cp.planned_steps_ >= w->steps || cp.draining_ || cp.shutdown_ ||
-           !cp.planner_error_.ok();
-  };
-  absl::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(+done, &wanted), timeout);
-  return planned_steps_ >= steps;
+  return window_.AwaitPlanned(steps, timeout);
 }
 
-// ----------------------------------------------------------- registration
-
-absl::Status ControlPlane::CheckRank(int rank) const {
-  if (rank < 0 || rank >= options_.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is outside the world of ", options_.world_size,
-        " ranks (0..", options_.world_size - 1, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ControlPlane::CheckSession(absl::string_view session_id) const {
-  if (session_id != session_id_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session '", session_id, "' is not this scheduler's ('", session_id_,
-        "'): the scheduler restarted or the id is wrong; "
-        "register again"));
-  }
-  return absl::OkStatus();
-}
+// ------------------------------------------------- registration, streams
 
 absl::StatusOr<v1::RegisterResponse> ControlPlane::Register(
     const v1::RegisterRequest& request) {
-  RETURN_IF_ERROR(CheckRank(request.rank()));
-  if (request.world_size() != 0 &&
-      request.world_size() != options_.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", request.rank(), " was started for a world of ",
-        request.world_size(), " ranks but this scheduler plans for ",
-        options_.world_size));
-  }
-  std::shared_ptr<std::function<void()>> old_wake;
-  v1::RegisterResponse response;
-  {
-    absl::MutexLock lock(&mu_);
-    RankState& rank = ranks_[request.rank()];
-    if (rank.registered) {
-      old_wake = CloseRankStream(
-          request.rank(),
-          absl::AbortedError(absl::StrCat(
-              "rank ", request.rank(), " registered again (pid ", request.pid(),
-              " on '", request.host(), "'); this plan stream is replaced")));
-    }
-    rank.registered = true;
-    rank.host = request.host();
-    rank.gpu = request.gpu();
-    rank.pid = request.pid();
-    rank.last_seen = clock_->Now();
-    if (profile_pending_ && profile_deadline_ == absl::InfiniteFuture()) {
-      profile_deadline_ = rank.last_seen + options_.profile_timeout;
-    }
-
-    response.set_session_id(session_id_);
-    response.set_epoch(epoch_);
-    response.set_world_size(options_.world_size);
-    response.set_gpus_per_node(options_.cluster.gpus_per_node);
-    response.set_model(options_.model.name);
-    response.set_next_step(NextUnreported(request.rank()));
-    response.set_max_message_bytes(options_.max_message_bytes);
-  }
-  if (old_wake != nullptr && *old_wake) (*old_wake)();
+  ASSIGN_OR_RETURN(v1::RegisterResponse response, window_.Register(request));
+  profile_.OnRegistration(clock_->Now());
   return response;
-}
-
-int64_t ControlPlane::NextUnreported(int rank) const {
-  for (size_t i = 0; i < window_.size(); ++i) {
-    if (!window_[i].reported[rank]) {
-      return completed_steps_ + static_cast<int64_t>(i);
-    }
-  }
-  return planned_steps_;
-}
-
-// ------------------------------------------------------------------ streams
-
-std::shared_ptr<std::function<void()>> ControlPlane::CloseRankStream(
-    int rank, const absl::Status& why) {
-  const int64_t id = ranks_[rank].stream;
-  if (id == 0) return nullptr;
-  ranks_[rank].stream = 0;
-  auto it = streams_.find(id);
-  if (it == streams_.end()) return nullptr;
-  if (!it->second.closed.has_value()) it->second.closed = why;
-  return it->second.wake;
-}
-
-WakeList ControlPlane::AllWakes() const {
-  WakeList wakes;
-  wakes.reserve(streams_.size());
-  for (const auto& [id, stream] : streams_) wakes.push_back(stream.wake);
-  return wakes;
 }
 
 absl::StatusOr<int64_t> ControlPlane::OpenStream(int rank,
                                                  absl::string_view session_id,
                                                  int64_t from_step,
                                                  std::function<void()> wake) {
-  RETURN_IF_ERROR(CheckRank(rank));
-  RETURN_IF_ERROR(CheckSession(session_id));
-  if (from_step < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("from_step must be >= 0, not ", from_step));
-  }
-  std::shared_ptr<std::function<void()>> old_wake;
-  int64_t id = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutdown_) {
-      return absl::UnavailableError("the scheduler is shutting down");
-    }
-    if (!ranks_[rank].registered) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank, " has not registered; call Register first"));
-    }
-    old_wake = CloseRankStream(
-        rank, absl::AbortedError(absl::StrCat("a newer plan stream of rank ",
-                                              rank, " replaced this one")));
-    id = next_stream_id_++;
-    StreamState& stream = streams_[id];
-    stream.rank = rank;
-    stream.cursor = from_step;
-    stream.wake = std::make_shared<std::function<void()>>(std::move(wake));
-    ranks_[rank].stream = id;
-    ranks_[rank].last_seen = clock_->Now();
-  }
-  if (old_wake != nullptr && *old_wake) (*old_wake)();
-  return id;
+  return window_.OpenStream(rank, session_id, from_step, std::move(wake));
 }
 
 StreamNext ControlPlane::NextForStream(int64_t stream_id) {
-  StreamNext next;
-  absl::MutexLock lock(&mu_);
-  auto it = streams_.find(stream_id);
-  if (it == streams_.end()) {
-    next.kind = StreamNext::Kind::kEnd;
-    next.end_status = absl::CancelledError("the plan stream is closed");
-    return next;
-  }
-  StreamState& stream = it->second;
-  if (stream.closed.has_value()) {
-    next.kind = StreamNext::Kind::kEnd;
-    next.end_status = *stream.closed;
-    return next;
-  }
-  if (stream.drain_sent) {
-    next.kind = StreamNext::Kind::kEnd;
-    next.end_status = absl::OkStatus();
-    return next;
-  }
-  if (profile_pending_ && !stream.profile_sent &&
-      !profile_answered_[stream.rank]) {
-    next.kind = StreamNext::Kind::kSend;
-    auto update = std::make_shared<v1::PlanUpdate>();
-    *update->mutable_profile() = profile_request_;
-    next.update = std::move(update);
-    stream.profile_sent = true;
-    ranks_[stream.rank].last_seen = clock_->Now();
-    return next;
-  }
-  const int64_t step = std::max(stream.cursor, completed_steps_);
-  if (step < planned_steps_) {
-    next.kind = StreamNext::Kind::kSend;
-    next.update = window_[step - completed_steps_].updates[stream.rank];
-    stream.cursor = step + 1;
-    RankState& rank = ranks_[stream.rank];
-    rank.last_sent_step = std::max(rank.last_sent_step, step);
-    rank.last_seen = clock_->Now();
-    return next;
-  }
-  if (draining_) {
-    next.kind = StreamNext::Kind::kSend;
-    auto update = std::make_shared<v1::PlanUpdate>();
-    update->mutable_drain()->set_last_step(planned_steps_ - 1);
-    next.update = std::move(update);
-    stream.drain_sent = true;
-    return next;
-  }
-  return next;  // kWait
+  return window_.NextForStream(
+      stream_id, [this](int rank) { return profile_.ShouldAsk(rank); },
+      profile_.request());
 }
 
 void ControlPlane::CloseStream(int64_t stream_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = streams_.find(stream_id);
-  if (it == streams_.end()) return;
-  RankState& rank = ranks_[it->second.rank];
-  if (rank.stream == stream_id) rank.stream = 0;
-  streams_.erase(it);
+  window_.CloseStream(stream_id);
 }
 
 // ------------------------------------------------------------------ reports
 
+v1::ReportAck ControlPlane::Ack(int64_t planned_steps) const {
+  v1::ReportAck ack;
+  ack.set_planned_through_step(planned_steps - 1);
+  ack.set_model_error(ledger_.ModelError());
+  return ack;
+}
+
 absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
     const v1::TimingReport& report) {
-  RETURN_IF_ERROR(CheckRank(report.rank()));
-  const int rank = report.rank();
-  const std::string who =
-      absl::StrCat("timing report of rank ", rank, " for step ", report.step());
-  auto invalid = [&who](auto&&... args) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": ", args...));
-  };
-
-  std::optional<PendingRefit> pending;
-  v1::ReportAck ack;
-  {
-    absl::MutexLock lock(&mu_);
-    // Validate everything before changing anything.
-    if (!ranks_[rank].registered) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(who, ": rank ", rank, " has not registered"));
-    }
-    if (report.epoch() != epoch_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(who, ": epoch ", report.epoch(),
-                       " is not the current epoch ", epoch_));
-    }
-    if (report.step() < 0 || report.step() >= planned_steps_) {
-      return invalid("the step has not been planned (planned: ",
-                     planned_steps_ == 0
-                         ? std::string("none")
-                         : absl::StrCat("0..", planned_steps_ - 1),
-                     ")");
-    }
-    if (report.step() < completed_steps_) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(who, ": every rank has already reported the step"));
-    }
-    StepRecord& record = window_[report.step() - completed_steps_];
-    if (record.reported[rank]) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(who, ": rank ", rank, " already reported the step"));
-    }
-    if (!SaneSeconds(report.sync_seconds(), options_.max_task_seconds)) {
-      return invalid("sync_seconds ", report.sync_seconds(),
-                     " is not finite in [0, ", options_.max_task_seconds, "]");
-    }
-    const v1::StepPlan& plan = record.plan;
-    std::vector<bool> seen(plan.tasks_size(), false);
-    double busy = 0;
-    for (const v1::TaskTiming& timing : report.tasks()) {
-      const int index = timing.task_index();
-      if (index < 0 || index >= plan.tasks_size()) {
-        return invalid("task_index ", index, " does not exist (the step has ",
-                       plan.tasks_size(), " tasks)");
-      }
-      const v1::Task& task = plan.tasks(index);
-      if (std::find(task.ranks().begin(), task.ranks().end(), rank) ==
-          task.ranks().end()) {
-        return invalid("task ", index, " runs on ranks [",
-                       absl::StrJoin(task.ranks(), ","), "], not on rank ",
-                       rank);
-      }
-      if (seen[index]) return invalid("task ", index, " is reported twice");
-      seen[index] = true;
-      if (!(timing.seconds() > 0) ||
-          !SaneSeconds(timing.seconds(), options_.max_task_seconds)) {
-        return invalid("task ", index, ": seconds ", timing.seconds(),
-                       " is not finite in (0, ", options_.max_task_seconds,
-                       "]");
-      }
-      if (timing.group_size() != 0 &&
-          timing.group_size() != task.ranks_size()) {
-        return invalid("task ", index, " ran with group size ",
-                       timing.group_size(), " but the plan has ",
-                       task.ranks_size());
-      }
-      int64_t tokens = 0;
-      for (int64_t length : task.lengths()) tokens += length;
-      if (timing.tokens() != 0 && timing.tokens() != tokens) {
-        return invalid("task ", index, " ran ", timing.tokens(),
-                       " tokens but the plan has ", tokens);
-      }
-      busy += timing.seconds();
-    }
-    const int expected = record.updates[rank]->step().tasks_size();
-    if (report.tasks_size() != expected) {
-      return invalid("rank ", rank, " runs ", expected,
-                     " tasks in the step but reported ", report.tasks_size());
-    }
-
-    // Accept.
-    record.reported[rank] = true;
-    record.rank_seconds[rank] = busy + report.sync_seconds();
-    record.max_busy = std::max(record.max_busy, busy);
-    record.sync_reported = record.sync_reported || report.sync_seconds() > 0;
-    ++record.reports;
-    RankState& state = ranks_[rank];
-    state.last_reported_step =
-        std::max(state.last_reported_step, report.step());
-    ++state.reported_steps;
-    state.last_seen = clock_->Now();
-    ++timing_reports_;
-
-    // One observation per task, from its first rank, so a task of p ranks
-    // is not counted p times.
-    std::vector<TaskObservation> observations;
-    const int node = options_.cluster.gpus_per_node;
-    for (const v1::TaskTiming& timing : report.tasks()) {
-      const v1::Task& task = plan.tasks(timing.task_index());
-      if (task.ranks(0) != rank) continue;
-      TaskObservation& o = observations.emplace_back();
-      o.group_size = task.ranks_size();
-      o.intra_node =
-          task.ranks(0) / node == task.ranks(task.ranks_size() - 1) / node;
-      o.recompute = task.recompute();
-      o.lengths.assign(task.lengths().begin(), task.lengths().end());
-      o.seconds = timing.seconds();
-      o.memory_bytes = static_cast<double>(timing.peak_memory_bytes());
-    }
-
-    if (record.reports == options_.world_size) {
-      const double measured = *std::max_element(record.rank_seconds.begin(),
-                                                record.rank_seconds.end());
-      const double predicted = plan.predicted_makespan_s();
-      if (measured > 0 && predicted > 0) {
-        step_errors_.push_back(std::abs(predicted - measured) / measured);
-        while (static_cast<int>(step_errors_.size()) >
-               options_.step_error_window) {
-          step_errors_.pop_front();
-        }
-      }
-      // The step's sync: its time beyond the slowest rank's tasks (see the
-      // class comment).
-      if (record.sync_reported && measured > 0) {
-        syncs_.push_back(SyncObservation{
-            std::max(0.0, measured - record.max_busy), measured});
-        while (static_cast<int>(syncs_.size()) > options_.sync_window) {
-          syncs_.pop_front();
-        }
-      }
-      AdvanceCompleted();
-    }
-    pending = AddObservations(std::move(observations));
-    ack = Ack();
+  ASSIGN_OR_RETURN(RecordedTimings recorded, window_.RecordTimings(report));
+  ledger_.CountTimingReport();
+  if (recorded.completed.has_value()) {
+    ledger_.AddCompletedStep(*recorded.completed);
   }
-  if (pending.has_value()) {
-    std::optional<RefitEvent> refit = Refit(*std::move(pending));
-    if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
-  }
-  return ack;
+  const bool refit_due = ledger_.AddObservations(
+      std::move(recorded.observations), recorded.completed_steps);
+  // A completed step opens the look-ahead; a due refit is the planner's.
+  if (refit_due || recorded.completed.has_value()) WakePlanner();
+  return Ack(recorded.planned_steps);
 }
 
 absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
     const v1::ProfileReport& report) {
-  RETURN_IF_ERROR(CheckRank(report.rank()));
-  const std::string who = absl::StrCat("profile of rank ", report.rank());
-  if (report.profile().entries_size() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(who, " has no entries"));
-  }
-  std::vector<TaskObservation> observations;
-  observations.reserve(report.profile().entries_size());
-  for (int i = 0; i < report.profile().entries_size(); ++i) {
-    const v1::ProfileEntry& e = report.profile().entries(i);
-    auto invalid = [&](auto&&... args) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(who, ", entry ", i, ": ", args...));
-    };
-    if (e.length() <= 0) return invalid("length ", e.length(), " is not > 0");
-    if (e.group_size() < 1 || e.group_size() > options_.world_size) {
-      return invalid("group_size ", e.group_size(), " is not in [1, ",
-                     options_.world_size, "]");
-    }
-    if (!(e.recompute() >= 0 && e.recompute() <= 1)) {
-      return invalid("recompute ", e.recompute(), " is not in [0, 1]");
-    }
-    if (!(e.seconds() > 0) ||
-        !SaneSeconds(e.seconds(), options_.max_task_seconds)) {
-      return invalid("seconds ", e.seconds(), " is not finite in (0, ",
-                     options_.max_task_seconds, "]");
-    }
-    if (e.memory_bytes() < 0) {
-      return invalid("memory_bytes ", e.memory_bytes(), " is negative");
-    }
-    TaskObservation& o = observations.emplace_back();
-    o.group_size = e.group_size();
-    o.intra_node = e.group_size() <= options_.cluster.gpus_per_node;
-    o.recompute = e.recompute();
-    o.lengths = {e.length()};
-    o.seconds = e.seconds();
-    o.memory_bytes = static_cast<double>(e.memory_bytes());
-  }
-  std::optional<PendingRefit> pending;
-  bool finish_profile = false;
-  v1::ReportAck ack;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!ranks_[report.rank()].registered) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(who, ": rank ", report.rank(), " has not registered"));
-    }
-    if (report.epoch() != epoch_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(who, ": epoch ", report.epoch(),
-                       " is not the current epoch ", epoch_));
-    }
-    ranks_[report.rank()].last_seen = clock_->Now();
-    pending = AddObservations(std::move(observations));
-    if (profile_pending_ && !profile_ending_) {
-      profile_answered_[report.rank()] = true;
-      if (std::all_of(profile_answered_.begin(), profile_answered_.end(),
-                      [](bool answered) { return answered; })) {
-        // FinishProfile refits from everything, this report included.
-        profile_ending_ = true;
-        finish_profile = true;
-        pending.reset();
-      }
-    }
-    ack = Ack();
-  }
-  if (pending.has_value()) {
-    std::optional<RefitEvent> refit = Refit(*std::move(pending));
-    if (refit.has_value() && options_.on_refit) options_.on_refit(*refit);
-  }
-  if (finish_profile) FinishProfile(/*timed_out=*/false);
-  return ack;
-}
-
-void ControlPlane::AdvanceCompleted() {
-  while (!window_.empty() && window_.front().reports == options_.world_size) {
-    window_.pop_front();
-    ++completed_steps_;
-  }
-}
-
-std::optional<ControlPlane::PendingRefit> ControlPlane::AddObservations(
-    std::vector<TaskObservation> observations) {
-  new_observations_ += static_cast<int64_t>(observations.size());
-  for (TaskObservation& o : observations) {
-    const double error = RelativeError(o);
-    observation_errors_.push_back(error);
-    observation_error_sum_ += error;
-    observations_.push_back(std::move(o));
-  }
-  while (static_cast<int>(observations_.size()) > options_.observation_window) {
-    observation_error_sum_ -= observation_errors_.front();
-    observation_errors_.pop_front();
-    observations_.pop_front();
-  }
-  if (new_observations_ < options_.refit_every || observations_.empty()) {
-    return std::nullopt;
-  }
-  // At most one refit per completed step: at a thousand ranks a step brings
-  // thousands of observations, and a refit per `refit_every` of them would
-  // fit dozens of times a step to change the plans of the next one once.
-  if (completed_steps_ == refit_completed_steps_) return std::nullopt;
-  refit_completed_steps_ = completed_steps_;
-  new_observations_ = 0;
-  return MakePendingRefit();
-}
-
-ControlPlane::PendingRefit ControlPlane::MakePendingRefit() const {
-  PendingRefit pending;
-  pending.window.assign(observations_.begin(), observations_.end());
-  pending.version = model_version_;
-  pending.syncs.reserve(syncs_.size());
-  for (const SyncObservation& sync : syncs_) {
-    pending.syncs.push_back(sync.seconds);
-  }
-  return pending;
-}
-
-std::optional<RefitEvent> ControlPlane::Refit(PendingRefit pending) {
-  // Always from the initial model: it is the prior, and the window alone
-  // decides how far the fit moves from it (no drift from refit to refit).
-  // `initial_model_` is immutable, so no lock is needed for the fit.
-  absl::StatusOr<CostModel> fitted =
-      initial_model_.Fit(pending.window, options_.prior_weight);
-  // The task fit keeps the initial model's sync, so the sync is shrunk
-  // towards that prior too.
-  if (fitted.ok()) {
-    fitted = fitted->FitSync(pending.syncs, options_.prior_weight);
-  }
-  if (!fitted.ok()) return std::nullopt;  // Validated input: cannot happen.
-  RefitEvent event;
-  event.observations = static_cast<int64_t>(pending.window.size());
-  event.error_after = fitted->MeanRelativeError(pending.window);
-  absl::MutexLock lock(&mu_);
-  // Another refit installed its model while this one was fitting: keep
-  // that one (the next refit is at most `refit_every` observations away).
-  if (model_version_ != pending.version) return std::nullopt;
-  event.error_before = model_.MeanRelativeError(pending.window);
-  model_ = *std::move(fitted);
-  ++model_version_;
-  observation_error_sum_ = 0;
-  for (size_t i = 0; i < observations_.size(); ++i) {
-    observation_errors_[i] = RelativeError(observations_[i]);
-    observation_error_sum_ += observation_errors_[i];
-  }
-  event.refits = ++refits_;
-  event.step_error = StepError();
-  event.sync_error = SyncError();
-  refit_error_before_ = event.error_before;
-  refit_error_after_ = event.error_after;
-  return event;
-}
-
-double ControlPlane::RelativeError(const TaskObservation& o) const {
-  const double predicted =
-      model_.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
-  return std::abs(predicted - o.seconds) / o.seconds;
-}
-
-double ControlPlane::ModelError() const {
-  if (observations_.empty()) return 0;
-  return std::max(0.0, observation_error_sum_) /
-         static_cast<double>(observations_.size());
-}
-
-double ControlPlane::StepError() const {
-  if (step_errors_.empty()) return 0;
-  double sum = 0;
-  for (double e : step_errors_) sum += e;
-  return sum / static_cast<double>(step_errors_.size());
-}
-
-double ControlPlane::SyncError() const {
-  if (syncs_.empty()) return 0;
-  double sum = 0;
-  for (const SyncObservation& sync : syncs_) {
-    sum += std::abs(model_.SyncSeconds() - sync.seconds) / sync.step_seconds;
-  }
-  return sum / static_cast<double>(syncs_.size());
-}
-
-v1::ReportAck ControlPlane::Ack() const {
-  v1::ReportAck ack;
-  ack.set_planned_through_step(planned_steps_ - 1);
-  ack.set_model_error(ModelError());
-  return ack;
+  ASSIGN_OR_RETURN(std::vector<TaskObservation> observations,
+                   ValidateProfileReport(report, limits_));
+  RETURN_IF_ERROR(window_.CheckProfileSender(report.rank(), report.epoch()));
+  // The highest completed-step count counts; the ledger has it already.
+  bool wake = ledger_.AddObservations(std::move(observations),
+                                      /*completed_steps=*/0);
+  // The last answer ends the stage; the planner thread refits from it.
+  wake = profile_.Answer(report.rank()) || wake;
+  if (wake) WakePlanner();
+  return Ack(window_.planned_steps());
 }
 
 // -------------------------------------------------------------------- store
@@ -887,218 +340,45 @@ v1::ReportAck ControlPlane::Ack() const {
 absl::Status ControlPlane::StoreSet(absl::string_view session_id,
                                     absl::string_view key,
                                     absl::string_view value) {
-  RETURN_IF_ERROR(CheckSession(session_id));
-  if (static_cast<int64_t>(key.size()) > options_.store_max_key_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store key ", Printable(key), " has ", key.size(),
-                     " bytes; the limit is ", options_.store_max_key_bytes));
-  }
-  const std::string prefix = absl::StrCat(session_id_, "/");
-  if (!absl::StartsWith(key, prefix) || key.size() == prefix.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store key ", Printable(key), " must start with '", prefix,
-                     "' (a CommGroup.rendezvous_prefix does)"));
-  }
-  if (static_cast<int64_t>(value.size()) > options_.store_max_value_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "value of store key ", Printable(key), " has ", value.size(),
-        " bytes; the limit is ", options_.store_max_value_bytes));
-  }
-  absl::MutexLock lock(&store_mu_);
-  auto it = store_.find(key);
-  const int64_t old_bytes =
-      it == store_.end()
-          ? 0
-          : static_cast<int64_t>(it->first.size() + it->second.size());
-  const int64_t new_bytes = static_cast<int64_t>(key.size() + value.size());
-  if (it == store_.end() &&
-      static_cast<int64_t>(store_.size()) >= options_.store_max_keys) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the store holds ", store_.size(),
-                     " keys, its limit; cannot add ", Printable(key)));
-  }
-  if (store_bytes_ - old_bytes + new_bytes > options_.store_max_total_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the store holds ", store_bytes_, " bytes; adding ", Printable(key),
-        " would pass its limit of ", options_.store_max_total_bytes));
-  }
-  store_bytes_ += new_bytes - old_bytes;
-  if (it == store_.end()) {
-    store_.emplace(std::string(key), std::string(value));
-  } else {
-    it->second.assign(value.data(), value.size());
-  }
-  return absl::OkStatus();
+  return store_.Set(session_id, key, value);
 }
 
 absl::StatusOr<std::vector<std::string>> ControlPlane::StoreGet(
     absl::string_view session_id, const std::vector<std::string>& keys) {
-  RETURN_IF_ERROR(CheckSession(session_id));
-  std::vector<std::string> values;
-  values.reserve(keys.size());
-  absl::MutexLock lock(&store_mu_);
-  for (const std::string& key : keys) {
-    auto it = store_.find(key);
-    if (it == store_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("store key ", Printable(key), " is not set (yet)"));
-    }
-    values.push_back(it->second);
-  }
-  return values;
+  return store_.Get(session_id, keys);
 }
 
 int64_t ControlPlane::PurgeStoreBefore(int64_t epoch) {
-  const std::string prefix = absl::StrCat(session_id_, "/e");
-  int64_t purged = 0;
-  absl::MutexLock lock(&store_mu_);
-  for (auto it = store_.lower_bound(prefix);
-       it != store_.end() && absl::StartsWith(it->first, prefix);) {
-    absl::string_view rest = absl::string_view(it->first).substr(prefix.size());
-    int64_t key_epoch = 0;
-    const size_t slash = rest.find('/');
-    if (slash != absl::string_view::npos &&
-        absl::SimpleAtoi(rest.substr(0, slash), &key_epoch) &&
-        key_epoch < epoch) {
-      store_bytes_ -=
-          static_cast<int64_t>(it->first.size() + it->second.size());
-      it = store_.erase(it);
-      ++purged;
-    } else {
-      ++it;
-    }
-  }
-  return purged;
+  return store_.PurgeBefore(epoch);
 }
 
 // ------------------------------------------------------------ status, drain
 
 v1::StatusResponse ControlPlane::Status() const {
   v1::StatusResponse out;
-  {
-    // Not under mu_: the store has its own lock, never nested with it.
-    absl::MutexLock store_lock(&store_mu_);
-    out.set_store_keys(static_cast<int64_t>(store_.size()));
-    out.set_store_bytes(store_bytes_);
-  }
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  out.set_session_id(session_id_);
-  out.set_epoch(epoch_);
-  out.set_world_size(options_.world_size);
-  out.set_model(options_.model.name);
-  out.set_planned_steps(planned_steps_);
-  out.set_completed_steps(completed_steps_);
-  out.set_draining(draining_);
-  for (int r = 0; r < options_.world_size; ++r) {
-    const RankState& state = ranks_[r];
-    v1::RankStatus* rank = out.add_ranks();
-    rank->set_rank(r);
-    rank->set_host(state.host);
-    rank->set_connected(state.stream != 0);
-    rank->set_last_reported_step(state.last_reported_step);
-    rank->set_last_sent_step(state.last_sent_step);
-    rank->set_lag_steps(planned_steps_ - state.reported_steps);
-    rank->set_gpu(state.gpu);
-    rank->set_pid(state.pid);
-    rank->set_registered(state.registered);
-    if (state.registered) {
-      rank->set_idle_seconds(absl::ToDoubleSeconds(now - state.last_seen));
-    }
-  }
-  out.set_model_error(ModelError());
-  out.set_timing_reports(timing_reports_);
-  out.set_refits(refits_);
-  const CostModel::Coefficients& c = model_.coefficients();
-  auto& coefficients = *out.mutable_coefficients();
-  coefficients["lin"] = c.lin;
-  coefficients["gemm_half"] = c.gemm_half;
-  coefficients["attn"] = c.attn;
-  coefficients["attn_half"] = c.attn_half;
-  coefficients["a2a_byte_intra"] = c.a2a_byte_intra;
-  coefficients["a2a_fixed_intra"] = c.a2a_fixed_intra;
-  coefficients["a2a_byte_inter"] = c.a2a_byte_inter;
-  coefficients["a2a_fixed_inter"] = c.a2a_fixed_inter;
-  coefficients["fixed"] = c.fixed;
-  coefficients["grad_sync"] = c.grad_sync;
-  coefficients["mem_static"] = c.mem_static;
-  coefficients["mem_token"] = c.mem_token;
-  coefficients["mem_token_recompute"] = c.mem_token_recompute;
-  coefficients["mem_token_base"] = c.mem_token_base;
-  out.set_step_error(StepError());
-  out.set_sync_error(SyncError());
-  out.set_refit_error_before(refit_error_before_);
-  out.set_refit_error_after(refit_error_after_);
-  out.set_observations(static_cast<int64_t>(observations_.size()));
-  out.set_stopping(stop_requested_);
-  if (!planner_error_.ok()) {
-    out.set_planner_error(std::string(planner_error_.message()));
-  }
+  const RendezvousStore::Usage usage = store_.usage();
+  out.set_store_keys(usage.keys);
+  out.set_store_bytes(usage.bytes);
+  window_.FillStatus(&out);
+  ledger_.FillStatus(&out);
   return out;
 }
 
 absl::StatusOr<v1::StepPlan> ControlPlane::PlannedStep(int64_t step) const {
-  absl::MutexLock lock(&mu_);
-  if (step < completed_steps_ || step >= planned_steps_) {
-    return absl::NotFoundError(
-        absl::StrCat("step ", step, " is not kept: the window holds steps [",
-                     completed_steps_, ", ", planned_steps_, ")"));
-  }
-  return window_[step - completed_steps_].plan;
+  return window_.PlannedStep(step);
 }
 
-int64_t ControlPlane::Drain(bool stop) {
-  WakeList wakes;
-  int64_t last_step = -1;
-  {
-    absl::MutexLock lock(&mu_);
-    draining_ = true;
-    stop_requested_ = stop_requested_ || stop;
-    last_step = planned_steps_ - 1;
-    wakes = AllWakes();
-  }
-  CallAll(wakes);
-  return last_step;
-}
+int64_t ControlPlane::Drain(bool stop) { return window_.Drain(stop); }
 
-bool ControlPlane::StreamsEnded() const { return streams_.empty(); }
-
-bool ControlPlane::stopped() const {
-  absl::MutexLock lock(&mu_);
-  return stop_requested_ && StreamsEnded();
-}
+bool ControlPlane::stopped() const { return window_.stopped(); }
 
 bool ControlPlane::WaitForStop(absl::Duration grace) {
-  auto requested = [](const ControlPlane* cp) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return cp->stop_requested_ || cp->shutdown_;
-  };
-  auto ended = [](const ControlPlane* cp) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return cp->StreamsEnded();
-  };
-  absl::MutexLock lock(&mu_);
-  mu_.Await(
-      absl::Condition(+requested, static_cast<const ControlPlane*>(this)));
-  if (shutdown_) return StreamsEnded();
-  return mu_.AwaitWithTimeout(
-      absl::Condition(+ended, static_cast<const ControlPlane*>(this)), grace);
+  return window_.WaitForStop(grace);
 }
 
 void ControlPlane::Shutdown() {
-  WakeList wakes;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutdown_) return;
-    shutdown_ = true;
-    for (auto& [id, stream] : streams_) {
-      if (!stream.closed.has_value()) {
-        stream.closed =
-            absl::UnavailableError("the scheduler is shutting down");
-      }
-    }
-    for (RankState& rank : ranks_) rank.stream = 0;
-    wakes = AllWakes();
-  }
-  CallAll(wakes);
+  window_.Shutdown();
+  WakePlanner();
 }
 
 }  // namespace dcp

@@ -2,9 +2,7 @@
 #define DCP_SCHEDULER_CONTROL_CONTROL_PLANE_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,7 +10,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -22,57 +19,19 @@
 #include "common/model_spec.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
+#include "scheduler/control/control_events.h"
+#include "scheduler/control/profile_stage.h"
+#include "scheduler/control/refit_driver.h"
+#include "scheduler/control/rendezvous_store.h"
+#include "scheduler/control/report_ledger.h"
+#include "scheduler/control/report_validation.h"
+#include "scheduler/control/step_window.h"
 #include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/plan.h"
 #include "scheduler/planner/planner.h"
 #include "scheduler/planner/step_builder.h"
 
 namespace dcp {
-
-/// What the control plane tells its owner after planning a step (for logs).
-struct PlannedStepEvent {
-  int64_t epoch = 0;
-  int64_t step = 0;
-  int64_t samples = 0;
-  int64_t tokens = 0;
-  int tasks = 0;
-  int groups = 0;
-  /// The planner's prediction of the step time, seconds.
-  double predicted_seconds = 0;
-  /// How long planning took, by the injected clock.
-  absl::Duration planning_time;
-};
-
-/// What the control plane tells its owner after refitting its cost model.
-struct RefitEvent {
-  /// Refits so far, this one included.
-  int64_t refits = 0;
-  /// Observations the model was fitted to.
-  int64_t observations = 0;
-  /// Mean relative task-time error on those observations of the model
-  /// before and after the refit.
-  double error_before = 0;
-  double error_after = 0;
-  /// Mean relative error of the predicted step times so far (0 when no step
-  /// has completed).
-  double step_error = 0;
-  /// The part of the step error the new model's gradient sync accounts for:
-  /// mean |grad_sync - measured sync| / measured step time over the steps
-  /// whose sync it learnt from (0 when none; see `ControlPlane`).
-  double sync_error = 0;
-};
-
-/// What the control plane tells its owner when the start-up profile ends.
-struct ProfileDoneEvent {
-  /// Ranks that answered the ProfileRequest, ascending.
-  std::vector<int> answered;
-  /// Ranks that did not answer before `profile_timeout`, ascending (empty
-  /// unless `timed_out`).
-  std::vector<int> missing;
-  bool timed_out = false;
-  /// Observations held when planning starts (profile entries included).
-  int64_t observations = 0;
-};
 
 /// Configuration of a `ControlPlane`; defaults are what dcp-scheduler uses.
 struct ControlPlaneOptions {
@@ -147,8 +106,9 @@ struct ControlPlaneOptions {
   int64_t max_message_bytes = 4 << 20;
   /// Session id; empty draws 16 random hex digits. Must not contain '/'.
   std::string session_id;
-  /// Plan on a dedicated thread (the daemon). With false, nothing is planned
-  /// until the owner calls `PlanAvailableSteps()` (deterministic tests).
+  /// Plan (and refit) on a dedicated thread (the daemon). With false,
+  /// nothing is planned or refitted until the owner calls
+  /// `PlanAvailableSteps()` (deterministic tests).
   bool start_planner_thread = true;
   /// Time source for idle times and planning durations; null = real time.
   /// Not owned; must outlive the control plane.
@@ -156,32 +116,14 @@ struct ControlPlaneOptions {
   /// Called after each planned step, on the planning thread, without locks
   /// held. Must be thread-safe and quick (it delays planning).
   std::function<void(const PlannedStepEvent&)> on_step_planned;
-  /// Called after each refit, on the thread of the report that triggered
-  /// it, without locks held. Must be thread-safe and quick.
+  /// Called after each refit, on the planner thread (or the caller of
+  /// `PlanAvailableSteps`), never on a reporting thread, without locks
+  /// held. Must be thread-safe and quick (it delays planning).
   std::function<void(const RefitEvent&)> on_refit;
   /// Called once when the start-up profile ends (all answered or timed
-  /// out), without locks held. Must be thread-safe and quick.
+  /// out), on the planner thread (or the caller of `PlanAvailableSteps`),
+  /// without locks held. Must be thread-safe and quick.
   std::function<void(const ProfileDoneEvent&)> on_profile_done;
-};
-
-/// What a plan stream should do next (`ControlPlane::NextForStream`).
-struct StreamNext {
-  enum class Kind {
-    /// Nothing to send yet; the stream's wake callback fires when there is.
-    kWait,
-    /// Send `update` (the profile request, a step, or the drain marker).
-    kSend,
-    /// End the stream with `end_status` (OK after the drain marker was
-    /// sent; ABORTED when replaced by a newer stream of the rank;
-    /// UNAVAILABLE when the control plane shuts down).
-    kEnd,
-  };
-  Kind kind = Kind::kWait;
-  /// The message to send (kSend). A step's message is the one the control
-  /// plane keeps for the rank, shared rather than copied: a write may hold
-  /// it after the step completes.
-  std::shared_ptr<const v1::PlanUpdate> update;
-  absl::Status end_status;
 };
 
 /// The core of dcp-scheduler: plans steps ahead of the agents, hands each
@@ -189,18 +131,32 @@ struct StreamNext {
 /// keeps the rendezvous store. No gRPC: the service class translates RPCs
 /// into these calls (and `absl::Status` into `grpc::Status`).
 ///
+/// A facade in the manner of Ray's GCS server: it owns one part per concern
+/// and wires them together; planning itself (the step builder and the
+/// planner, under `plan_mu_`) stays here.
+///   - `StepWindow`: registration, plan streams and their cursors, the
+///     planned steps kept until every rank reported them, drain and stop.
+///   - `ValidateTimingReport` / `ValidateProfileReport`: what a report must
+///     be, checked before anything changes (pure functions).
+///   - `ReportLedger`: the current cost model, the observation, step-error
+///     and sync windows, the counters, and when a refit is due.
+///   - `RefitDriver`: the least-squares refit from the prior.
+///   - `ProfileStage`: the start-up profile's request, answers and deadline.
+///   - `RendezvousStore`: the communicators' key-value store.
+///
 /// Planning runs on a dedicated thread (never on the caller's), which keeps
 /// `completed_steps + lookahead_steps` steps planned; completed means every
-/// rank has reported its timings. Each plan is stored as per-rank RankSteps
-/// (with every CommGroup's `rendezvous_prefix` set to
-/// "<session>/e<epoch>/g<r0>-<r1>-...") until the step completes.
+/// rank has reported its timings. Refits run on that thread too, before the
+/// next step is planned: a report only validates and records (cheap work,
+/// fit for gRPC reactions) and, when it makes a refit due or completes a
+/// step, wakes the planner thread.
 ///
 /// Plan streams: `OpenStream` registers a wake callback; the control plane
-/// calls it (from any thread, never under its lock) whenever
+/// calls it (from any thread, never under a lock of its own) whenever
 /// `NextForStream` may have something new, and the stream then asks
-/// `NextForStream` until it answers kWait. The control plane keeps each
-/// stream's cursor, so a stream is sent every step from its `from_step` on
-/// exactly once, in order, then the drain marker, and never a stale step.
+/// `NextForStream` until it answers kWait. A stream is sent every step from
+/// its `from_step` on exactly once, in order, then the drain marker, and
+/// never a stale step.
 ///
 /// Start-up profile (`profile_at_start`): while it is pending, each stream
 /// first sends the ProfileRequest (unless its rank already answered) and
@@ -208,14 +164,16 @@ struct StreamNext {
 /// ones, and all after the profile ended, only add observations). When the
 /// last rank answers, or `profile_timeout` after the first registration
 /// (by the injected clock, checked whenever planning is attempted), the
-/// cost model is refitted from the observations so far and planning starts.
+/// planner thread refits the cost model from the observations so far, then
+/// starts planning.
 ///
 /// Timing reports are validated in full before any state changes: a
 /// rejected report leaves everything as it was. One `TaskObservation` per
 /// task (from its first rank) joins a window; every `refit_every` new
-/// observations, but no more than once per completed step, the cost model
-/// is refitted from the initial model with the window, and later plans use
-/// it.
+/// observations, but no more than once per completed step, a refit is due:
+/// the cost model is refitted from the initial model with the window, and
+/// later plans use it. Refits due before the planner thread takes one are
+/// taken as one, fitted to the windows as they are then.
 ///
 /// The gradient sync is learnt with the same refits. A plan predicts its
 /// step as the planner's makespan plus the model's `grad_sync`; the step's
@@ -232,8 +190,13 @@ struct StreamNext {
 ///
 /// Thread-safe: every method may be called from any thread. Only
 /// `WaitForStop`, `AwaitPlanned`, `PlanAvailableSteps` and the destructor
-/// block or take long; everything else is short work under a lock, fit for
-/// gRPC reactions (a refit is a 7x7 solve over the observation window).
+/// block or take long; everything else is short work under a part's lock.
+/// Lock order: `plan_mu_` (planning), then `StepWindow`'s, then
+/// `ProfileStage`'s (`NextForStream` asks the stage under the window's
+/// lock); `ReportLedger`'s, `RendezvousStore`'s and `wake_mu_` are leaves,
+/// taken alone or last. No part calls another: only this class does, and
+/// it calls callbacks and wakes with no lock held. `Status()` reads each
+/// part under its own lock, so it is a snapshot of each, not of all at once.
 ///
 ///   ASSIGN_OR_RETURN(std::unique_ptr<ControlPlane> cp,
 ///                    ControlPlane::Start(std::move(options)));
@@ -279,7 +242,9 @@ class ControlPlane {
   /// unless a newer stream is open. Unknown ids are ignored.
   void CloseStream(int64_t stream_id);
 
-  /// Takes one rank's timings for one step; see the class comment. Errors:
+  /// Takes one rank's timings for one step; see the class comment. Only
+  /// validates and records (a refit it makes due runs on the planner
+  /// thread), so gRPC reactions may call it. Errors:
   /// INVALID_ARGUMENT (rank outside the world, step not planned, task index
   /// that does not exist or does not name the rank, tasks missing or
   /// repeated, bad seconds, group size or tokens that differ from the plan),
@@ -289,7 +254,7 @@ class ControlPlane {
 
   /// Takes a profile: every entry becomes a single-sequence observation
   /// (intra-node when the group fits a node). Validated like timings; all
-  /// entries or none are taken.
+  /// entries or none are taken. Like `ReportTimings`, never refits itself.
   absl::StatusOr<v1::ReportAck> ReportProfile(const v1::ProfileReport& report);
 
   /// Rendezvous store. Keys must start with "<session_id>/"; sizes and key
@@ -331,9 +296,11 @@ class ControlPlane {
   /// Returns whether `steps` were planned.
   bool AwaitPlanned(int64_t steps, absl::Duration timeout) const;
 
-  /// Plans, on the calling thread, every step the look-ahead allows now;
-  /// returns how many. For owners that set `start_planner_thread = false`
-  /// (with the thread running it competes with it harmlessly).
+  /// Does the planner thread's work on the calling thread: ends the
+  /// start-up profile when due, runs a due refit before each step and plans
+  /// every step the look-ahead allows now; returns how many. For owners
+  /// that set `start_planner_thread = false` (with the thread running it
+  /// competes with it harmlessly).
   absl::StatusOr<int> PlanAvailableSteps();
 
   /// Ends every stream with UNAVAILABLE, stops planning and wakes every
@@ -344,171 +311,57 @@ class ControlPlane {
   int world_size() const { return options_.world_size; }
 
  private:
-  /// One planned step, kept until every rank reported it.
-  struct StepRecord {
-    v1::StepPlan plan;
-    /// Per-rank views as the messages that carry them, indexed by rank.
-    std::vector<std::shared_ptr<const v1::PlanUpdate>> updates;
-    /// Per rank: whether it reported, and its task seconds + sync.
-    std::vector<bool> reported;
-    std::vector<double> rank_seconds;
-    int reports = 0;
-    /// The largest task-seconds total a rank reported, and whether a rank
-    /// reported a sync time (> 0): what the step's sync is learnt from.
-    double max_busy = 0;
-    bool sync_reported = false;
-  };
-  struct RankState {
-    bool registered = false;
-    std::string host;
-    int gpu = 0;
-    int64_t pid = 0;
-    /// The open stream of the rank (0 when none).
-    int64_t stream = 0;
-    int64_t last_reported_step = -1;
-    int64_t last_sent_step = -1;
-    int64_t reported_steps = 0;
-    absl::Time last_seen = absl::InfinitePast();
-  };
-  struct StreamState {
-    int rank = 0;
-    int64_t cursor = 0;
-    bool drain_sent = false;
-    bool profile_sent = false;
-    /// Set when the stream must end (replaced, shutdown).
-    std::optional<absl::Status> closed;
-    std::shared_ptr<std::function<void()>> wake;
-  };
-
   explicit ControlPlane(ControlPlaneOptions options);
 
-  /// Plans the next step if the look-ahead allows; false when it did not.
-  absl::StatusOr<bool> PlanOneStep() ABSL_LOCKS_EXCLUDED(mu_, plan_mu_);
+  /// The planner thread: plans (and refits) until shutdown, waiting for a
+  /// wake when there is nothing to do.
   void PlannerLoop();
-  bool PlannerHasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool PlannerShouldRun() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// The stored form of a plan: prefixes filled and per-rank views cut.
-  StepRecord MakeRecord(const StepPlan& plan, int64_t epoch) const;
-  /// The wakes of every open stream, to be called after unlocking.
-  std::vector<std::shared_ptr<std::function<void()>>> AllWakes() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// Ends the open stream of `rank`, if any; returns its wake.
-  std::shared_ptr<std::function<void()>> CloseRankStream(
-      int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRank(int rank) const;
-  absl::Status CheckSession(absl::string_view session_id) const;
-  /// A refit that is due: the observation window to fit, and the model
-  /// version it starts from.
-  struct PendingRefit {
-    std::vector<TaskObservation> window;
-    int64_t version = 0;
-    /// The sync window's seconds.
-    std::vector<double> syncs;
-  };
-  /// One completed step's measured sync and step time.
-  struct SyncObservation {
-    double seconds = 0;
-    double step_seconds = 0;
-  };
-  /// What a refit started now fits: both windows and the model version.
-  PendingRefit MakePendingRefit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// Adds observations; when a refit is due, returns what to fit.
-  std::optional<PendingRefit> AddObservations(
-      std::vector<TaskObservation> observations)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// The ProfileRequest of the current epoch (see the options).
-  v1::ProfileRequest MakeProfileRequest() const;
-  /// Ends the profile stage; only for the caller that set
-  /// `profile_ending_`. Refits from every observation, then lets planning
-  /// start (so step 0 is planned with the refitted model) and calls the
-  /// callbacks.
-  void FinishProfile(bool timed_out) ABSL_LOCKS_EXCLUDED(mu_);
-  /// Ends the profile stage if its deadline passed; then refits and calls
-  /// the callbacks. Returns whether the profile is still pending.
-  bool ExpireProfileIfDue() ABSL_LOCKS_EXCLUDED(mu_);
-  /// Fits the window without holding `mu_` (a fit over the whole window is
-  /// the most expensive thing a report triggers), then installs the model
-  /// unless another refit got there first. Returns the refit event, if any.
-  std::optional<RefitEvent> Refit(PendingRefit pending)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  v1::ReportAck Ack() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  double ModelError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// |predicted - measured| / measured of `o` under `model_`.
-  double RelativeError(const TaskObservation& o) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  double StepError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// Mean |grad_sync of `model_` - measured sync| / measured step time over
-  /// the sync window (0 when empty).
-  double SyncError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// Drops completed steps from the front of the window.
-  void AdvanceCompleted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t NextUnreported(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool StreamsEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Ends the profile stage if due, runs a due refit, then plans the next
+  /// step if the look-ahead allows; false when it planned none.
+  absl::StatusOr<bool> PlanOneStep() ABSL_LOCKS_EXCLUDED(plan_mu_);
+  /// Plans the next step under `plan_mu_`; the event, or nullopt when the
+  /// look-ahead allows none (or the step was discarded).
+  absl::StatusOr<std::optional<PlannedStepEvent>> PlanLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
+  /// Ends the profile stage if every rank answered or its deadline passed:
+  /// refits from every observation, calls the callbacks, then lets
+  /// planning start (so step 0 is planned with the refitted model).
+  void EndProfileIfDue();
+  /// Tells the planner thread that there may be work (a refit due, a step
+  /// completed, the profile answered, shutdown).
+  void WakePlanner() ABSL_LOCKS_EXCLUDED(wake_mu_);
+  int64_t WakeGeneration() const ABSL_LOCKS_EXCLUDED(wake_mu_);
+  /// Waits until `WakePlanner` was called after `WakeGeneration` returned
+  /// `seen`, or `timeout` passed.
+  void AwaitWake(int64_t seen, absl::Duration timeout) const
+      ABSL_LOCKS_EXCLUDED(wake_mu_);
+  v1::ReportAck Ack(int64_t planned_steps) const;
 
   const ControlPlaneOptions options_;
   /// Views `options_.lengths`, which never moves.
   const LengthView lengths_;
   const std::string session_id_;
-  const CostModel initial_model_;
+  const ReportLimits limits_;
   RealClock real_clock_;
   Clock* const clock_;
 
-  /// Serialises planning; owns the step builder and the planner. Taken
-  /// before `mu_`, never while holding it.
-  mutable absl::Mutex plan_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // The parts; each has its own lock (see the class comment).
+  ReportLedger ledger_;
+  RefitDriver refits_;
+  ProfileStage profile_;
+  StepWindow window_;
+  RendezvousStore store_;
+
+  /// Serialises planning; owns the step builder and the planner.
+  mutable absl::Mutex plan_mu_;
   std::optional<StepBuilder> builder_ ABSL_GUARDED_BY(plan_mu_);
   std::optional<Planner> planner_ ABSL_GUARDED_BY(plan_mu_);
-  /// The version of `model_` the planner has.
+  /// The version of the ledger's model the planner has.
   int64_t planner_model_version_ ABSL_GUARDED_BY(plan_mu_) = 0;
 
-  mutable absl::Mutex mu_;
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  /// Steps planned so far: the next step to plan.
-  int64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  /// Steps in [0, completed_steps_) have been reported by every rank and
-  /// dropped; `window_` holds steps [completed_steps_, planned_steps_).
-  int64_t completed_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<StepRecord> window_ ABSL_GUARDED_BY(mu_);
-  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, StreamState> streams_ ABSL_GUARDED_BY(mu_);
-  int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status planner_error_ ABSL_GUARDED_BY(mu_);
-  /// The start-up profile: pending until every rank answered or the
-  /// deadline (set at the first registration) passed.
-  const v1::ProfileRequest profile_request_;
-  bool profile_pending_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<bool> profile_answered_ ABSL_GUARDED_BY(mu_);
-  absl::Time profile_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  /// Set by the one caller that ends the profile (`FinishProfile`).
-  bool profile_ending_ ABSL_GUARDED_BY(mu_) = false;
-
-  CostModel model_ ABSL_GUARDED_BY(mu_);
-  int64_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<TaskObservation> observations_ ABSL_GUARDED_BY(mu_);
-  /// Parallel to `observations_`: each one's relative error under `model_`,
-  /// and their sum, so the model error costs O(1) per report.
-  std::deque<double> observation_errors_ ABSL_GUARDED_BY(mu_);
-  double observation_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t new_observations_ ABSL_GUARDED_BY(mu_) = 0;
-  /// `completed_steps_` when the last refit was started from
-  /// `AddObservations` (-1 before any).
-  int64_t refit_completed_steps_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t refits_ ABSL_GUARDED_BY(mu_) = 0;
-  double refit_error_before_ ABSL_GUARDED_BY(mu_) = 0;
-  double refit_error_after_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t timing_reports_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<double> step_errors_ ABSL_GUARDED_BY(mu_);
-  /// The last `sync_window` completed steps with a measured sync.
-  std::deque<SyncObservation> syncs_ ABSL_GUARDED_BY(mu_);
-
-  /// The rendezvous store has its own lock: it is hot while groups form.
-  mutable absl::Mutex store_mu_;
-  std::map<std::string, std::string, std::less<>> store_
-      ABSL_GUARDED_BY(store_mu_);
-  int64_t store_bytes_ ABSL_GUARDED_BY(store_mu_) = 0;
+  /// Bumped by `WakePlanner`; the planner thread waits for a change.
+  mutable absl::Mutex wake_mu_;
+  int64_t wake_generation_ ABSL_GUARDED_BY(wake_mu_) = 0;
 
   std::thread planner_thread_;
 };

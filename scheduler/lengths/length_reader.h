@@ -26,8 +26,10 @@ enum class LengthFormat {
   /// Like kCsv with tab as the separator.
   kTsv,
   /// JSON Lines: one JSON object a line, the length a top-level integer
-  /// field. Each line is checked against the JSON grammar (bytes above 0x7F
-  /// inside strings are not checked as UTF-8).
+  /// field. Each line is parsed by nlohmann-json, nested at most 512 deep;
+  /// bytes above 0x7F inside strings are not checked as UTF-8 and unpaired
+  /// surrogate escapes are accepted, but a number beyond double's range
+  /// (1e999) makes the line invalid.
   kJsonl,
   /// NumPy `.npy`, 1-D, dtype `<i4`, `<i8`, `<u4` or `<u2`; memory-mapped.
   kNpy,

@@ -244,7 +244,8 @@ class PlanStreamReactor final
 };
 
 /// One StreamReports call: reads reports one at a time, hands each to the
-/// control plane on the reading thread (as the unary handler would) and
+/// control plane on the reading thread (as the unary handler would; it only
+/// validates and records, refits run on the control plane's planner) and
 /// queues its result; writes results one at a time, in order. Reading pauses
 /// while `kMaxQueuedResults` results wait, so an agent that stops reading
 /// cannot make the scheduler buffer without bound. All state is under `mu_`:

@@ -1,0 +1,58 @@
+#ifndef DCP_SCHEDULER_CONTROL_CONTROL_EVENTS_H_
+#define DCP_SCHEDULER_CONTROL_CONTROL_EVENTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace dcp {
+
+/// What the control plane tells its owner after planning a step (for logs).
+struct PlannedStepEvent {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int tasks = 0;
+  int groups = 0;
+  /// The planner's prediction of the step time, seconds.
+  double predicted_seconds = 0;
+  /// How long planning took, by the injected clock.
+  absl::Duration planning_time;
+};
+
+/// What the control plane tells its owner after refitting its cost model.
+struct RefitEvent {
+  /// Refits so far, this one included.
+  int64_t refits = 0;
+  /// Observations the model was fitted to.
+  int64_t observations = 0;
+  /// Mean relative task-time error on those observations of the model
+  /// before and after the refit.
+  double error_before = 0;
+  double error_after = 0;
+  /// Mean relative error of the predicted step times so far (0 when no step
+  /// has completed).
+  double step_error = 0;
+  /// The part of the step error the new model's gradient sync accounts for:
+  /// mean |grad_sync - measured sync| / measured step time over the steps
+  /// whose sync it learnt from (0 when none; see `ControlPlane`).
+  double sync_error = 0;
+};
+
+/// What the control plane tells its owner when the start-up profile ends.
+struct ProfileDoneEvent {
+  /// Ranks that answered the ProfileRequest, ascending.
+  std::vector<int> answered;
+  /// Ranks that did not answer before `profile_timeout`, ascending (empty
+  /// unless `timed_out`).
+  std::vector<int> missing;
+  bool timed_out = false;
+  /// Observations held when planning starts (profile entries included).
+  int64_t observations = 0;
+};
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_CONTROL_CONTROL_EVENTS_H_

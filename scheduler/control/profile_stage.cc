@@ -1,0 +1,103 @@
+#include "scheduler/control/profile_stage.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dcp {
+namespace {
+
+std::shared_ptr<const v1::PlanUpdate> RequestUpdate(
+    const ProfileStageOptions& options) {
+  auto update = std::make_shared<v1::PlanUpdate>();
+  *update->mutable_profile() = ProfileStage::MakeRequest(options);
+  return update;
+}
+
+}  // namespace
+
+ProfileStage::ProfileStage(ProfileStageOptions options)
+    : options_(std::move(options)),
+      request_(RequestUpdate(options_)),
+      pending_(options_.enabled),
+      answered_(options_.world_size, false) {}
+
+v1::ProfileRequest ProfileStage::MakeRequest(
+    const ProfileStageOptions& options) {
+  v1::ProfileRequest request;
+  request.set_epoch(0);
+  for (int64_t length : options.lengths) request.add_lengths(length);
+  for (double r : options.recompute) request.add_recompute(r);
+  request.set_repetitions(options.repetitions);
+  const int world = options.world_size;
+  const int largest = std::min(world, options.gpus_per_node);
+  int group_id = 1;
+  for (int p = 1; p <= largest; ++p) {
+    if (world % p != 0 || options.heads % p != 0) continue;
+    request.add_group_sizes(p);
+    if (p == 1) continue;
+    for (int first = 0; first < world; first += p) {
+      v1::CommGroup& group = *request.add_groups();
+      group.set_id(group_id++);
+      for (int r = first; r < first + p; ++r) group.add_ranks(r);
+      group.set_rendezvous_prefix(
+          absl::StrCat(options.session_id, "/e", request.epoch(), "/profile/g",
+                       absl::StrJoin(group.ranks(), "-")));
+    }
+  }
+  return request;
+}
+
+bool ProfileStage::pending() const {
+  absl::MutexLock lock(&mu_);
+  return pending_;
+}
+
+bool ProfileStage::ShouldAsk(int rank) const {
+  absl::MutexLock lock(&mu_);
+  return pending_ && !answered_[rank];
+}
+
+void ProfileStage::OnRegistration(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (pending_ && deadline_ == absl::InfiniteFuture()) {
+    deadline_ = now + options_.timeout;
+  }
+}
+
+bool ProfileStage::Answer(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (!pending_ || ending_ || answered_[rank]) return false;
+  answered_[rank] = true;
+  return ++answers_ == options_.world_size;
+}
+
+std::optional<bool> ProfileStage::BeginEnd(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (!pending_ || ending_) return std::nullopt;
+  const bool all_answered = answers_ == options_.world_size;
+  if (!all_answered && now < deadline_) return std::nullopt;
+  ending_ = true;
+  return !all_answered;
+}
+
+ProfileDoneEvent ProfileStage::Outcome(bool timed_out,
+                                       int64_t observations) const {
+  ProfileDoneEvent done;
+  done.timed_out = timed_out;
+  done.observations = observations;
+  absl::MutexLock lock(&mu_);
+  for (int r = 0; r < options_.world_size; ++r) {
+    (answered_[r] ? done.answered : done.missing).push_back(r);
+  }
+  return done;
+}
+
+void ProfileStage::End() {
+  absl::MutexLock lock(&mu_);
+  pending_ = false;
+}
+
+}  // namespace dcp

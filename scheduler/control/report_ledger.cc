@@ -1,0 +1,194 @@
+#include "scheduler/control/report_ledger.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace dcp {
+namespace {
+
+/// Appends `value`, dropping the oldest entries beyond `window`.
+template <typename T>
+void PushWindowed(std::deque<T>& entries, T value, int window) {
+  entries.push_back(std::move(value));
+  while (static_cast<int>(entries.size()) > window) entries.pop_front();
+}
+
+}  // namespace
+
+ReportLedger::ReportLedger(ReportLedgerOptions options)
+    : options_(std::move(options)), model_(options_.initial_model) {}
+
+void ReportLedger::CountTimingReport() {
+  absl::MutexLock lock(&mu_);
+  ++timing_reports_;
+}
+
+void ReportLedger::AddCompletedStep(const MeasuredStep& step) {
+  const double measured = step.measured_seconds;
+  absl::MutexLock lock(&mu_);
+  if (measured > 0 && step.predicted_seconds > 0) {
+    PushWindowed(step_errors_,
+                 std::abs(step.predicted_seconds - measured) / measured,
+                 options_.step_error_window);
+  }
+  if (step.sync_reported && measured > 0) {
+    PushWindowed(syncs_,
+                 SyncObservation{
+                     std::max(0.0, measured - step.max_busy_seconds), measured},
+                 options_.sync_window);
+  }
+}
+
+bool ReportLedger::AddObservations(std::vector<TaskObservation> observations,
+                                   int64_t completed_steps) {
+  absl::MutexLock lock(&mu_);
+  completed_steps_ = std::max(completed_steps_, completed_steps);
+  new_observations_ += static_cast<int64_t>(observations.size());
+  for (TaskObservation& o : observations) {
+    const double error = RelativeError(o);
+    observation_errors_.push_back(error);
+    observation_error_sum_ += error;
+    observations_.push_back(std::move(o));
+  }
+  while (static_cast<int>(observations_.size()) > options_.observation_window) {
+    observation_error_sum_ -= observation_errors_.front();
+    observation_errors_.pop_front();
+    observations_.pop_front();
+  }
+  if (new_observations_ < options_.refit_every || observations_.empty()) {
+    return false;
+  }
+  // At most one refit per completed step: at a thousand ranks a step brings
+  // thousands of observations, and a refit per `refit_every` of them would
+  // fit dozens of times a step to change the plans of the next one once.
+  if (completed_steps_ == refit_completed_steps_) return false;
+  refit_completed_steps_ = completed_steps_;
+  new_observations_ = 0;
+  refit_due_ = true;
+  return true;
+}
+
+std::optional<RefitInput> ReportLedger::TakeDueRefit() {
+  absl::MutexLock lock(&mu_);
+  if (!refit_due_) return std::nullopt;
+  refit_due_ = false;
+  return MakeInput();
+}
+
+std::optional<RefitInput> ReportLedger::TakeRefit() {
+  absl::MutexLock lock(&mu_);
+  refit_due_ = false;
+  if (observations_.empty()) return std::nullopt;
+  new_observations_ = 0;
+  return MakeInput();
+}
+
+RefitInput ReportLedger::MakeInput() const {
+  RefitInput input;
+  input.observations.assign(observations_.begin(), observations_.end());
+  input.version = model_version_;
+  input.syncs.reserve(syncs_.size());
+  for (const SyncObservation& sync : syncs_)
+    input.syncs.push_back(sync.seconds);
+  return input;
+}
+
+std::optional<RefitEvent> ReportLedger::Install(CostModel fitted,
+                                                const RefitInput& input,
+                                                double error_after) {
+  absl::MutexLock lock(&mu_);
+  if (model_version_ != input.version) return std::nullopt;
+  RefitEvent event;
+  event.observations = static_cast<int64_t>(input.observations.size());
+  event.error_before = model_.MeanRelativeError(input.observations);
+  event.error_after = error_after;
+  model_ = std::move(fitted);
+  ++model_version_;
+  observation_error_sum_ = 0;
+  for (size_t i = 0; i < observations_.size(); ++i) {
+    observation_errors_[i] = RelativeError(observations_[i]);
+    observation_error_sum_ += observation_errors_[i];
+  }
+  event.refits = ++refits_;
+  event.step_error = StepError();
+  event.sync_error = SyncError();
+  refit_error_before_ = event.error_before;
+  refit_error_after_ = event.error_after;
+  return event;
+}
+
+std::optional<CostModel> ReportLedger::ModelIfNewer(int64_t* version) const {
+  absl::MutexLock lock(&mu_);
+  if (*version == model_version_) return std::nullopt;
+  *version = model_version_;
+  return model_;
+}
+
+double ReportLedger::RelativeError(const TaskObservation& o) const {
+  const double predicted =
+      model_.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+  return std::abs(predicted - o.seconds) / o.seconds;
+}
+
+double ReportLedger::ModelError() const {
+  absl::MutexLock lock(&mu_);
+  return ModelErrorLocked();
+}
+
+double ReportLedger::ModelErrorLocked() const {
+  if (observations_.empty()) return 0;
+  return std::max(0.0, observation_error_sum_) /
+         static_cast<double>(observations_.size());
+}
+
+int64_t ReportLedger::observations() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(observations_.size());
+}
+
+double ReportLedger::StepError() const {
+  if (step_errors_.empty()) return 0;
+  double sum = 0;
+  for (double e : step_errors_) sum += e;
+  return sum / static_cast<double>(step_errors_.size());
+}
+
+double ReportLedger::SyncError() const {
+  if (syncs_.empty()) return 0;
+  double sum = 0;
+  for (const SyncObservation& sync : syncs_) {
+    sum += std::abs(model_.SyncSeconds() - sync.seconds) / sync.step_seconds;
+  }
+  return sum / static_cast<double>(syncs_.size());
+}
+
+void ReportLedger::FillStatus(v1::StatusResponse* out) const {
+  absl::MutexLock lock(&mu_);
+  out->set_model_error(ModelErrorLocked());
+  out->set_timing_reports(timing_reports_);
+  out->set_refits(refits_);
+  const CostModel::Coefficients& c = model_.coefficients();
+  auto& coefficients = *out->mutable_coefficients();
+  coefficients["lin"] = c.lin;
+  coefficients["gemm_half"] = c.gemm_half;
+  coefficients["attn"] = c.attn;
+  coefficients["attn_half"] = c.attn_half;
+  coefficients["a2a_byte_intra"] = c.a2a_byte_intra;
+  coefficients["a2a_fixed_intra"] = c.a2a_fixed_intra;
+  coefficients["a2a_byte_inter"] = c.a2a_byte_inter;
+  coefficients["a2a_fixed_inter"] = c.a2a_fixed_inter;
+  coefficients["fixed"] = c.fixed;
+  coefficients["grad_sync"] = c.grad_sync;
+  coefficients["mem_static"] = c.mem_static;
+  coefficients["mem_token"] = c.mem_token;
+  coefficients["mem_token_recompute"] = c.mem_token_recompute;
+  coefficients["mem_token_base"] = c.mem_token_base;
+  out->set_step_error(StepError());
+  out->set_sync_error(SyncError());
+  out->set_refit_error_before(refit_error_before_);
+  out->set_refit_error_after(refit_error_after_);
+  out->set_observations(static_cast<int64_t>(observations_.size()));
+}
+
+}  // namespace dcp

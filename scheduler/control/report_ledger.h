@@ -1,0 +1,155 @@
+#ifndef DCP_SCHEDULER_CONTROL_REPORT_LEDGER_H_
+#define DCP_SCHEDULER_CONTROL_REPORT_LEDGER_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/scheduler_service.pb.h"
+#include "scheduler/control/control_events.h"
+#include "scheduler/control/report_validation.h"
+#include "scheduler/planner/cost_model.h"
+
+namespace dcp {
+
+/// Windows and refit cadence of a `ReportLedger`; all at least 1.
+/// `ControlPlane` initialises it in field order.
+struct ReportLedgerOptions {
+  /// The model the ledger starts with (and measures errors against until
+  /// the first refit).
+  CostModel initial_model;
+  /// Most recent task observations kept for refits.
+  int observation_window = 512;
+  /// New observations that make a refit due (at most one per completed
+  /// step).
+  int refit_every = 64;
+  /// Completed steps whose predicted-vs-measured error is averaged.
+  int step_error_window = 64;
+  /// Completed steps with a measured sync kept for refits.
+  int sync_window = 64;
+};
+
+/// What a refit fits: both windows, and the version of the model it
+/// replaces.
+struct RefitInput {
+  std::vector<TaskObservation> observations;
+  std::vector<double> syncs;
+  int64_t version = 0;
+};
+
+/// The report ledger: the current cost model and what the reports taught
+/// about it. It keeps the window of task observations (with each one's
+/// error under the current model, so the model error costs O(1) a report),
+/// the windows of step-time errors and of measured gradient syncs, the
+/// counters GetStatus shows, and when a refit is due. It fits nothing
+/// itself (`RefitDriver` does, off its lock).
+///
+/// A step's sync is its measured time beyond the largest task-seconds total
+/// of a rank: the slowest rank enters the sync last and waits for nobody, so
+/// that is the sync itself. A step where no rank reported a sync time
+/// teaches nothing about it.
+///
+/// Thread-safe; one lock of its own, never held while calling out. Cheap
+/// enough for gRPC threads: adding is O(observations added), taking a refit
+/// O(window).
+///
+///   if (ledger.AddObservations(std::move(obs), completed_steps)) Wake();
+///   if (std::optional<RefitInput> in = ledger.TakeDueRefit()) {
+///     ... fit ...;  ledger.Install(std::move(fitted), *in, error_after);
+///   }
+class ReportLedger {
+ public:
+  explicit ReportLedger(ReportLedgerOptions options);
+  ReportLedger(const ReportLedger&) = delete;
+  ReportLedger& operator=(const ReportLedger&) = delete;
+
+  /// Adds one accepted timing report to the count.
+  void CountTimingReport() ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Adds a completed step's error and, when it measured one, its sync.
+  void AddCompletedStep(const MeasuredStep& step) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Adds observations (the oldest beyond the window leave). Returns true
+  /// when this made a refit due: `refit_every` new observations and a
+  /// completed-step count (`completed_steps`, the highest seen) no refit
+  /// was due at yet. The first refit may come before any step completes.
+  bool AddObservations(std::vector<TaskObservation> observations,
+                       int64_t completed_steps) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// The due refit's input, once (the due mark is cleared); nullopt when
+  /// none is due. Two refits due before one is taken are taken as one.
+  std::optional<RefitInput> TakeDueRefit() ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// A refit of everything held, due or not (the end of the profile stage);
+  /// clears the due mark and the new-observation count. Nullopt when there
+  /// are no observations.
+  std::optional<RefitInput> TakeRefit() ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Installs `fitted`, fitted to `input` with `error_after` on its
+  /// observations, unless another refit installed a model since `input` was
+  /// taken (then nullopt: keep that one). Returns the refit's event.
+  std::optional<RefitEvent> Install(CostModel fitted, const RefitInput& input,
+                                    double error_after)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// The current model when its version differs from `*version` (then
+  /// `*version` is updated); nullopt when the caller has it.
+  std::optional<CostModel> ModelIfNewer(int64_t* version) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Mean relative error of the current model on the observation window.
+  double ModelError() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t observations() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Fills the model and error fields of a GetStatus answer: model_error,
+  /// timing_reports, refits, coefficients, step_error, sync_error,
+  /// refit_error_before/after, observations.
+  void FillStatus(v1::StatusResponse* out) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  /// One completed step's measured sync and step time.
+  struct SyncObservation {
+    double seconds = 0;
+    double step_seconds = 0;
+  };
+
+  RefitInput MakeInput() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double RelativeError(const TaskObservation& o) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double ModelErrorLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double StepError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Mean |grad_sync - measured sync| / measured step time over the sync
+  /// window (0 when empty).
+  double SyncError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ReportLedgerOptions options_;
+
+  mutable absl::Mutex mu_;
+  CostModel model_ ABSL_GUARDED_BY(mu_);
+  int64_t model_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<TaskObservation> observations_ ABSL_GUARDED_BY(mu_);
+  /// Parallel to `observations_`: each one's relative error under `model_`,
+  /// and their sum.
+  std::deque<double> observation_errors_ ABSL_GUARDED_BY(mu_);
+  double observation_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t new_observations_ ABSL_GUARDED_BY(mu_) = 0;
+  /// The highest completed-step count reported, and the one the last due
+  /// refit was marked at (-1 before any).
+  int64_t completed_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t refit_completed_steps_ ABSL_GUARDED_BY(mu_) = -1;
+  bool refit_due_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t refits_ ABSL_GUARDED_BY(mu_) = 0;
+  double refit_error_before_ ABSL_GUARDED_BY(mu_) = 0;
+  double refit_error_after_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t timing_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<double> step_errors_ ABSL_GUARDED_BY(mu_);
+  /// The last `sync_window` completed steps with a measured sync.
+  std::deque<SyncObservation> syncs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_CONTROL_REPORT_LEDGER_H_

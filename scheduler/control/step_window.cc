@@ -1,0 +1,444 @@
+#include "scheduler/control/step_window.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "scheduler/planner/plan_proto.h"
+
+namespace dcp {
+namespace {
+
+using WakeList = std::vector<std::shared_ptr<std::function<void()>>>;
+
+void Call(const std::shared_ptr<std::function<void()>>& wake) {
+  if (wake != nullptr && *wake) (*wake)();
+}
+
+void CallAll(const WakeList& wakes) {
+  for (const auto& wake : wakes) Call(wake);
+}
+
+StreamNext End(absl::Status status) {
+  StreamNext next;
+  next.kind = StreamNext::Kind::kEnd;
+  next.end_status = std::move(status);
+  return next;
+}
+
+StreamNext Send(std::shared_ptr<const v1::PlanUpdate> update) {
+  StreamNext next;
+  next.kind = StreamNext::Kind::kSend;
+  next.update = std::move(update);
+  return next;
+}
+
+}  // namespace
+
+StepWindow::StepWindow(StepWindowOptions options)
+    : options_(std::move(options)),
+      limits_{options_.world_size, options_.gpus_per_node,
+              options_.max_task_seconds},
+      clock_(options_.clock),
+      ranks_(options_.world_size) {}
+
+// ----------------------------------------------------------- registration
+
+absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
+    const v1::RegisterRequest& request) {
+  RETURN_IF_ERROR(CheckRank(request.rank(), options_.world_size));
+  if (request.world_size() != 0 &&
+      request.world_size() != options_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", request.rank(), " was started for a world of ",
+        request.world_size(), " ranks but this scheduler plans for ",
+        options_.world_size));
+  }
+  std::shared_ptr<std::function<void()>> old_wake;
+  v1::RegisterResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    RankState& rank = ranks_[request.rank()];
+    if (rank.registered) {
+      old_wake = CloseRankStream(
+          request.rank(),
+          absl::AbortedError(absl::StrCat(
+              "rank ", request.rank(), " registered again (pid ", request.pid(),
+              " on '", request.host(), "'); this plan stream is replaced")));
+    }
+    rank.registered = true;
+    rank.host = request.host();
+    rank.gpu = request.gpu();
+    rank.pid = request.pid();
+    rank.last_seen = clock_->Now();
+
+    response.set_session_id(options_.session_id);
+    response.set_epoch(epoch_);
+    response.set_world_size(options_.world_size);
+    response.set_gpus_per_node(options_.gpus_per_node);
+    response.set_model(options_.model_name);
+    response.set_next_step(NextUnreported(request.rank()));
+    response.set_max_message_bytes(options_.max_message_bytes);
+  }
+  Call(old_wake);
+  return response;
+}
+
+int64_t StepWindow::NextUnreported(int rank) const {
+  for (size_t i = 0; i < window_.size(); ++i) {
+    if (!window_[i].reported[rank]) {
+      return completed_steps_ + static_cast<int64_t>(i);
+    }
+  }
+  return planned_steps_;
+}
+
+// ------------------------------------------------------------------ streams
+
+std::shared_ptr<std::function<void()>> StepWindow::CloseRankStream(
+    int rank, const absl::Status& why) {
+  const int64_t id = ranks_[rank].stream;
+  if (id == 0) return nullptr;
+  ranks_[rank].stream = 0;
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return nullptr;
+  if (!it->second.closed.has_value()) it->second.closed = why;
+  return it->second.wake;
+}
+
+WakeList StepWindow::AllWakes() const {
+  WakeList wakes;
+  wakes.reserve(streams_.size());
+  for (const auto& [id, stream] : streams_) wakes.push_back(stream.wake);
+  return wakes;
+}
+
+void StepWindow::WakeAll() const {
+  WakeList wakes;
+  {
+    absl::MutexLock lock(&mu_);
+    wakes = AllWakes();
+  }
+  CallAll(wakes);
+}
+
+absl::StatusOr<int64_t> StepWindow::OpenStream(int rank,
+                                               absl::string_view session_id,
+                                               int64_t from_step,
+                                               std::function<void()> wake) {
+  RETURN_IF_ERROR(CheckRank(rank, options_.world_size));
+  RETURN_IF_ERROR(CheckSession(session_id, options_.session_id));
+  if (from_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("from_step must be >= 0, not ", from_step));
+  }
+  std::shared_ptr<std::function<void()>> old_wake;
+  int64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) {
+      return absl::UnavailableError("the scheduler is shutting down");
+    }
+    if (!ranks_[rank].registered) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " has not registered; call Register first"));
+    }
+    old_wake = CloseRankStream(
+        rank, absl::AbortedError(absl::StrCat("a newer plan stream of rank ",
+                                              rank, " replaced this one")));
+    id = next_stream_id_++;
+    StreamState& stream = streams_[id];
+    stream.rank = rank;
+    stream.cursor = from_step;
+    stream.wake = std::make_shared<std::function<void()>>(std::move(wake));
+    ranks_[rank].stream = id;
+    ranks_[rank].last_seen = clock_->Now();
+  }
+  Call(old_wake);
+  return id;
+}
+
+StreamNext StepWindow::NextForStream(
+    int64_t stream_id, absl::FunctionRef<bool(int rank)> ask_profile,
+    const std::shared_ptr<const v1::PlanUpdate>& profile_request) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end()) {
+    return End(absl::CancelledError("the plan stream is closed"));
+  }
+  StreamState& stream = it->second;
+  if (stream.closed.has_value()) return End(*stream.closed);
+  if (stream.drain_sent) return End(absl::OkStatus());
+  RankState& rank = ranks_[stream.rank];
+  if (!stream.profile_sent && ask_profile(stream.rank)) {
+    stream.profile_sent = true;
+    rank.last_seen = clock_->Now();
+    return Send(profile_request);
+  }
+  const int64_t step = std::max(stream.cursor, completed_steps_);
+  if (step < planned_steps_) {
+    stream.cursor = step + 1;
+    rank.last_sent_step = std::max(rank.last_sent_step, step);
+    rank.last_seen = clock_->Now();
+    return Send(window_[step - completed_steps_].updates[stream.rank]);
+  }
+  if (draining_) {
+    auto update = std::make_shared<v1::PlanUpdate>();
+    update->mutable_drain()->set_last_step(planned_steps_ - 1);
+    stream.drain_sent = true;
+    return Send(std::move(update));
+  }
+  return StreamNext();  // kWait
+}
+
+void StepWindow::CloseStream(int64_t stream_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end()) return;
+  RankState& rank = ranks_[it->second.rank];
+  if (rank.stream == stream_id) rank.stream = 0;
+  streams_.erase(it);
+}
+
+// ------------------------------------------------------------------ reports
+
+absl::StatusOr<RecordedTimings> StepWindow::RecordTimings(
+    const v1::TimingReport& report) {
+  RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
+  const int rank = report.rank();
+  absl::MutexLock lock(&mu_);
+  KnownStep known;
+  known.registered = ranks_[rank].registered;
+  known.epoch = epoch_;
+  known.planned_steps = planned_steps_;
+  known.completed_steps = completed_steps_;
+  StepRecord* record = nullptr;
+  if (report.step() >= completed_steps_ && report.step() < planned_steps_) {
+    record = &window_[report.step() - completed_steps_];
+    known.plan = &record->plan;
+    known.rank_tasks = record->updates[rank]->step().tasks_size();
+    known.already_reported = record->reported[rank];
+  }
+  ASSIGN_OR_RETURN(AcceptedTimings accepted,
+                   ValidateTimingReport(report, known, limits_));
+  Accept(*record, rank, report.step(), accepted);
+
+  RecordedTimings recorded;
+  recorded.observations = std::move(accepted.observations);
+  if (record->reports == options_.world_size) {
+    MeasuredStep& step = recorded.completed.emplace();
+    step.predicted_seconds = record->plan.predicted_makespan_s();
+    step.measured_seconds = *std::max_element(record->rank_seconds.begin(),
+                                              record->rank_seconds.end());
+    step.max_busy_seconds = record->max_busy;
+    step.sync_reported = record->sync_reported;
+    AdvanceCompleted();  // `record` may be gone after this.
+  }
+  recorded.completed_steps = completed_steps_;
+  recorded.planned_steps = planned_steps_;
+  return recorded;
+}
+
+void StepWindow::Accept(StepRecord& record, int rank, int64_t step,
+                        const AcceptedTimings& accepted) {
+  record.reported[rank] = true;
+  record.rank_seconds[rank] = accepted.busy_seconds + accepted.sync_seconds;
+  record.max_busy = std::max(record.max_busy, accepted.busy_seconds);
+  record.sync_reported = record.sync_reported || accepted.sync_seconds > 0;
+  ++record.reports;
+  RankState& state = ranks_[rank];
+  state.last_reported_step = std::max(state.last_reported_step, step);
+  ++state.reported_steps;
+  state.last_seen = clock_->Now();
+}
+
+void StepWindow::AdvanceCompleted() {
+  while (!window_.empty() && window_.front().reports == options_.world_size) {
+    window_.pop_front();
+    ++completed_steps_;
+  }
+}
+
+absl::Status StepWindow::CheckProfileSender(int rank, int64_t epoch) {
+  RETURN_IF_ERROR(CheckRank(rank, options_.world_size));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckSender(absl::StrCat("profile of rank ", rank), rank,
+                              ranks_[rank].registered, epoch, epoch_));
+  ranks_[rank].last_seen = clock_->Now();
+  return absl::OkStatus();
+}
+
+int64_t StepWindow::planned_steps() const {
+  absl::MutexLock lock(&mu_);
+  return planned_steps_;
+}
+
+// ----------------------------------------------------------------- planning
+
+bool StepWindow::HasWork() const {
+  return !shutdown_ && !draining_ && planner_error_.ok() &&
+         planned_steps_ < completed_steps_ + options_.lookahead_steps &&
+         (options_.max_steps == 0 || planned_steps_ < options_.max_steps);
+}
+
+std::optional<StepToPlan> StepWindow::NextStepToPlan() const {
+  absl::MutexLock lock(&mu_);
+  if (!HasWork()) return std::nullopt;
+  return StepToPlan{planned_steps_, epoch_};
+}
+
+StepWindow::StepRecord StepWindow::MakeRecord(v1::StepPlan plan,
+                                              int64_t epoch) const {
+  StepRecord record;
+  record.plan = std::move(plan);
+  for (v1::CommGroup& group : *record.plan.mutable_groups()) {
+    group.set_rendezvous_prefix(
+        absl::StrCat(options_.session_id, "/e", epoch, "/g",
+                     absl::StrJoin(group.ranks(), "-")));
+  }
+  std::vector<v1::RankStep> views =
+      AllRankViews(record.plan, options_.world_size);
+  record.updates.reserve(views.size());
+  for (v1::RankStep& view : views) {
+    auto update = std::make_shared<v1::PlanUpdate>();
+    update->mutable_step()->Swap(&view);
+    record.updates.push_back(std::move(update));
+  }
+  record.reported.assign(options_.world_size, false);
+  record.rank_seconds.assign(options_.world_size, 0.0);
+  return record;
+}
+
+bool StepWindow::AddPlannedStep(v1::StepPlan plan, int64_t step,
+                                int64_t epoch) {
+  StepRecord record = MakeRecord(std::move(plan), epoch);
+  absl::MutexLock lock(&mu_);
+  if (!HasWork() || epoch != epoch_ || step != planned_steps_) return false;
+  window_.push_back(std::move(record));
+  ++planned_steps_;
+  if (options_.max_steps > 0 && planned_steps_ >= options_.max_steps) {
+    draining_ = true;
+  }
+  return true;
+}
+
+void StepWindow::FailPlanning(absl::Status error) {
+  absl::MutexLock lock(&mu_);
+  planner_error_ = std::move(error);
+  draining_ = true;
+}
+
+absl::StatusOr<v1::StepPlan> StepWindow::PlannedStep(int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  if (step < completed_steps_ || step >= planned_steps_) {
+    return absl::NotFoundError(
+        absl::StrCat("step ", step, " is not kept: the window holds steps [",
+                     completed_steps_, ", ", planned_steps_, ")"));
+  }
+  return window_[step - completed_steps_].plan;
+}
+
+bool StepWindow::AwaitPlanned(int64_t steps, absl::Duration timeout) const {
+  const auto done = [this, steps]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return planned_steps_ >= steps || draining_ || shutdown_ ||
+           !planner_error_.ok();
+  };
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+  return planned_steps_ >= steps;
+}
+
+// ---------------------------------------------------------- drain and stop
+
+int64_t StepWindow::Drain(bool stop) {
+  WakeList wakes;
+  int64_t last_step = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    stop_requested_ = stop_requested_ || stop;
+    last_step = planned_steps_ - 1;
+    wakes = AllWakes();
+  }
+  CallAll(wakes);
+  return last_step;
+}
+
+bool StepWindow::StreamsEnded() const { return streams_.empty(); }
+
+bool StepWindow::stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stop_requested_ && StreamsEnded();
+}
+
+bool StepWindow::WaitForStop(absl::Duration grace) {
+  auto requested = [](const StepWindow* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return w->stop_requested_ || w->shutdown_;
+  };
+  auto ended = [](const StepWindow* w)
+                   ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->StreamsEnded(); };
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(+requested, static_cast<const StepWindow*>(this)));
+  if (shutdown_) return StreamsEnded();
+  return mu_.AwaitWithTimeout(
+      absl::Condition(+ended, static_cast<const StepWindow*>(this)), grace);
+}
+
+void StepWindow::Shutdown() {
+  WakeList wakes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    for (auto& [id, stream] : streams_) {
+      if (!stream.closed.has_value()) {
+        stream.closed =
+            absl::UnavailableError("the scheduler is shutting down");
+      }
+    }
+    for (RankState& rank : ranks_) rank.stream = 0;
+    wakes = AllWakes();
+  }
+  CallAll(wakes);
+}
+
+bool StepWindow::shut_down() const {
+  absl::MutexLock lock(&mu_);
+  return shutdown_;
+}
+
+void StepWindow::FillStatus(v1::StatusResponse* out) const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  out->set_session_id(options_.session_id);
+  out->set_epoch(epoch_);
+  out->set_world_size(options_.world_size);
+  out->set_model(options_.model_name);
+  out->set_planned_steps(planned_steps_);
+  out->set_completed_steps(completed_steps_);
+  out->set_draining(draining_);
+  for (int r = 0; r < options_.world_size; ++r) {
+    const RankState& state = ranks_[r];
+    v1::RankStatus* rank = out->add_ranks();
+    rank->set_rank(r);
+    rank->set_host(state.host);
+    rank->set_connected(state.stream != 0);
+    rank->set_last_reported_step(state.last_reported_step);
+    rank->set_last_sent_step(state.last_sent_step);
+    rank->set_lag_steps(planned_steps_ - state.reported_steps);
+    rank->set_gpu(state.gpu);
+    rank->set_pid(state.pid);
+    rank->set_registered(state.registered);
+    if (state.registered) {
+      rank->set_idle_seconds(absl::ToDoubleSeconds(now - state.last_seen));
+    }
+  }
+  out->set_stopping(stop_requested_);
+  if (!planner_error_.ok()) {
+    out->set_planner_error(std::string(planner_error_.message()));
+  }
+}
+
+}  // namespace dcp

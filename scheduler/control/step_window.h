@@ -1,0 +1,261 @@
+#ifndef DCP_SCHEDULER_CONTROL_STEP_WINDOW_H_
+#define DCP_SCHEDULER_CONTROL_STEP_WINDOW_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/plan.pb.h"
+#include "proto/scheduler_service.pb.h"
+#include "scheduler/control/report_validation.h"
+#include "scheduler/planner/cost_model.h"
+
+namespace dcp {
+
+/// What a plan stream should do next (`StepWindow::NextForStream`).
+struct StreamNext {
+  enum class Kind {
+    /// Nothing to send yet; the stream's wake callback fires when there is.
+    kWait,
+    /// Send `update` (the profile request, a step, or the drain marker).
+    kSend,
+    /// End the stream with `end_status` (OK after the drain marker was
+    /// sent; ABORTED when replaced by a newer stream of the rank;
+    /// UNAVAILABLE when the control plane shuts down).
+    kEnd,
+  };
+  Kind kind = Kind::kWait;
+  /// The message to send (kSend). A step's message is the one the control
+  /// plane keeps for the rank, shared rather than copied: a write may hold
+  /// it after the step completes.
+  std::shared_ptr<const v1::PlanUpdate> update;
+  absl::Status end_status;
+};
+
+/// Configuration of a `StepWindow`, copied from `ControlPlaneOptions`.
+/// `ControlPlane` initialises it in field order.
+struct StepWindowOptions {
+  std::string session_id;
+  int world_size = 0;
+  int gpus_per_node = 8;
+  /// Told to agents at registration.
+  std::string model_name;
+  int64_t max_message_bytes = 4 << 20;
+  /// Steps kept planned ahead of the completed ones; at least 1.
+  int lookahead_steps = 4;
+  /// Drain after this many planned steps; 0 = unlimited.
+  int64_t max_steps = 0;
+  /// Reported task and sync times above this are rejected.
+  double max_task_seconds = 24 * 3600.0;
+  /// Time of registrations and of a rank's last message. Not owned;
+  /// required.
+  Clock* clock = nullptr;
+};
+
+/// What an accepted timing report changed in the window.
+struct RecordedTimings {
+  /// The report's task observations (one per task, from its first rank).
+  std::vector<TaskObservation> observations;
+  /// Set when the report was the last of its step.
+  std::optional<MeasuredStep> completed;
+  /// Steps completed and planned after the report.
+  int64_t completed_steps = 0;
+  int64_t planned_steps = 0;
+};
+
+/// The next step the planner may plan (`StepWindow::NextStepToPlan`).
+struct StepToPlan {
+  int64_t step = 0;
+  int64_t epoch = 0;
+};
+
+/// Registration and the step window: which ranks registered (and from
+/// where), their plan streams and the streams' cursors, the planned steps
+/// kept until every rank reported them, and the drain, stop and shutdown
+/// states that end the streams. Each plan is kept as per-rank RankSteps
+/// (every CommGroup's `rendezvous_prefix` set to
+/// "<session>/e<epoch>/g<r0>-<r1>-...") until its step completes.
+///
+/// A stream is sent every step from its `from_step` on exactly once, in
+/// order, then the drain marker, and never a stale step. Wake callbacks run
+/// without the lock held, from any thread.
+///
+/// Thread-safe; one lock of its own. `NextForStream` calls its profile
+/// check under that lock, so whatever the check locks comes after it.
+///
+///   StepWindow window(options);
+///   ASSIGN_OR_RETURN(v1::RegisterResponse hello, window.Register(request));
+///   ASSIGN_OR_RETURN(int64_t id, window.OpenStream(rank, session, 0, wake));
+///   if (std::optional<StepToPlan> next = window.NextStepToPlan()) ...
+///   window.AddPlannedStep(std::move(plan), next->step, next->epoch);
+class StepWindow {
+ public:
+  explicit StepWindow(StepWindowOptions options);
+  StepWindow(const StepWindow&) = delete;
+  StepWindow& operator=(const StepWindow&) = delete;
+
+  /// See `ControlPlane::Register`.
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// See `ControlPlane::OpenStream`; also UNAVAILABLE after `Shutdown`.
+  absl::StatusOr<int64_t> OpenStream(int rank, absl::string_view session_id,
+                                     int64_t from_step,
+                                     std::function<void()> wake)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// What stream `stream_id` should do next; a returned step counts as sent.
+  /// A stream whose `ask_profile(rank)` is true sends `profile_request`
+  /// first, once. Never blocks.
+  StreamNext NextForStream(
+      int64_t stream_id, absl::FunctionRef<bool(int rank)> ask_profile,
+      const std::shared_ptr<const v1::PlanUpdate>& profile_request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Forgets a stream; unknown ids are ignored.
+  void CloseStream(int64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Wakes every open stream (something they send changed elsewhere).
+  void WakeAll() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Validates a timing report against the kept step (see
+  /// `ValidateTimingReport`) and, when valid, records it; a rejected report
+  /// changes nothing.
+  absl::StatusOr<RecordedTimings> RecordTimings(const v1::TimingReport& report)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// FAILED_PRECONDITION unless `rank` registered and `epoch` is current;
+  /// then notes that the rank was seen. For profile reports.
+  absl::Status CheckProfileSender(int rank, int64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Steps planned so far.
+  int64_t planned_steps() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// The next step to plan when the look-ahead, `max_steps`, a drain, a
+  /// planning error or a shutdown allow one; nullopt otherwise.
+  std::optional<StepToPlan> NextStepToPlan() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Keeps `plan` as step `step` of `epoch`. Returns false, discarding it,
+  /// when planning stopped meanwhile (drain, shutdown) or the step is no
+  /// longer the next: the step number `Drain` returned stays the last one.
+  /// The caller wakes the streams (`WakeAll`) once its own locks are
+  /// released.
+  bool AddPlannedStep(v1::StepPlan plan, int64_t step, int64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Planning failed: keeps `error` (GetStatus shows it) and drains. The
+  /// caller wakes the streams, as after `AddPlannedStep`.
+  void FailPlanning(absl::Status error) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// See `ControlPlane::PlannedStep`.
+  absl::StatusOr<v1::StepPlan> PlannedStep(int64_t step) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// See `ControlPlane::AwaitPlanned`.
+  bool AwaitPlanned(int64_t steps, absl::Duration timeout) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// See `ControlPlane::Drain`, `stopped` and `WaitForStop`.
+  int64_t Drain(bool stop) ABSL_LOCKS_EXCLUDED(mu_);
+  bool stopped() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool WaitForStop(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Ends every stream with UNAVAILABLE and stops planning. Idempotent.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  bool shut_down() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Fills the session, step and rank fields of a GetStatus answer.
+  void FillStatus(v1::StatusResponse* out) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  /// One planned step, kept until every rank reported it.
+  struct StepRecord {
+    v1::StepPlan plan;
+    /// Per-rank views as the messages that carry them, indexed by rank.
+    std::vector<std::shared_ptr<const v1::PlanUpdate>> updates;
+    /// Per rank: whether it reported, and its task seconds + sync.
+    std::vector<bool> reported;
+    std::vector<double> rank_seconds;
+    int reports = 0;
+    /// The largest task-seconds total a rank reported, and whether a rank
+    /// reported a sync time (> 0): what the step's sync is learnt from.
+    double max_busy = 0;
+    bool sync_reported = false;
+  };
+  struct RankState {
+    bool registered = false;
+    std::string host;
+    int gpu = 0;
+    int64_t pid = 0;
+    /// The open stream of the rank (0 when none).
+    int64_t stream = 0;
+    int64_t last_reported_step = -1;
+    int64_t last_sent_step = -1;
+    int64_t reported_steps = 0;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+  struct StreamState {
+    int rank = 0;
+    int64_t cursor = 0;
+    bool drain_sent = false;
+    bool profile_sent = false;
+    /// Set when the stream must end (replaced, shutdown).
+    std::optional<absl::Status> closed;
+    std::shared_ptr<std::function<void()>> wake;
+  };
+  using WakeList = std::vector<std::shared_ptr<std::function<void()>>>;
+
+  /// The stored form of a plan: prefixes filled and per-rank views cut.
+  StepRecord MakeRecord(v1::StepPlan plan, int64_t epoch) const;
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  WakeList AllWakes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Ends the open stream of `rank`, if any; returns its wake.
+  std::shared_ptr<std::function<void()>> CloseRankStream(
+      int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Takes `record`'s rank `rank` report, accepted as `accepted`.
+  void Accept(StepRecord& record, int rank, int64_t step,
+              const AcceptedTimings& accepted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Drops completed steps from the front of the window.
+  void AdvanceCompleted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NextUnreported(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StreamsEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const StepWindowOptions options_;
+  const ReportLimits limits_;
+  Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  /// Steps planned so far: the next step to plan.
+  int64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  /// Steps in [0, completed_steps_) have been reported by every rank and
+  /// dropped; `window_` holds steps [completed_steps_, planned_steps_).
+  int64_t completed_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<StepRecord> window_ ABSL_GUARDED_BY(mu_);
+  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status planner_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dcp
+
+#endif  // DCP_SCHEDULER_CONTROL_STEP_WINDOW_H_
