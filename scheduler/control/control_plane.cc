@@ -104,8 +104,8 @@ StepWindowOptions WindowOptions(const ControlPlaneOptions& o,
           o.max_steps,  o.max_task_seconds,  clock};
 }
 
-RendezvousStoreOptions StoreOptions(const ControlPlaneOptions& o,
-                                    const std::string& session_id) {
+KvStoreOptions StoreOptions(const ControlPlaneOptions& o,
+                            const std::string& session_id) {
   return {session_id, o.store_max_key_bytes, o.store_max_value_bytes,
           o.store_max_keys, o.store_max_total_bytes};
 }
@@ -356,7 +356,7 @@ int64_t ControlPlane::PurgeStoreBefore(int64_t epoch) {
 
 v1::StatusResponse ControlPlane::Status() const {
   v1::StatusResponse out;
-  const RendezvousStore::Usage usage = store_.usage();
+  const KvStore::Usage usage = store_.usage();
   out.set_store_keys(usage.keys);
   out.set_store_bytes(usage.bytes);
   window_.FillStatus(&out);

@@ -20,9 +20,9 @@
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 #include "scheduler/control/control_events.h"
+#include "scheduler/control/kv_store.h"
 #include "scheduler/control/profile_stage.h"
 #include "scheduler/control/refit_driver.h"
-#include "scheduler/control/rendezvous_store.h"
 #include "scheduler/control/report_ledger.h"
 #include "scheduler/control/report_validation.h"
 #include "scheduler/control/step_window.h"
@@ -142,7 +142,7 @@ struct ControlPlaneOptions {
 ///     and sync windows, the counters, and when a refit is due.
 ///   - `RefitDriver`: the least-squares refit from the prior.
 ///   - `ProfileStage`: the start-up profile's request, answers and deadline.
-///   - `RendezvousStore`: the communicators' key-value store.
+///   - `KvStore`: the communicators' key-value store.
 ///
 /// Planning runs on a dedicated thread (never on the caller's), which keeps
 /// `completed_steps + lookahead_steps` steps planned; completed means every
@@ -193,7 +193,7 @@ struct ControlPlaneOptions {
 /// block or take long; everything else is short work under a part's lock.
 /// Lock order: `plan_mu_` (planning), then `StepWindow`'s, then
 /// `ProfileStage`'s (`NextForStream` asks the stage under the window's
-/// lock); `ReportLedger`'s, `RendezvousStore`'s and `wake_mu_` are leaves,
+/// lock); `ReportLedger`'s, `KvStore`'s and `wake_mu_` are leaves,
 /// taken alone or last. No part calls another: only this class does, and
 /// it calls callbacks and wakes with no lock held. `Status()` reads each
 /// part under its own lock, so it is a snapshot of each, not of all at once.
@@ -350,7 +350,7 @@ class ControlPlane {
   RefitDriver refits_;
   ProfileStage profile_;
   StepWindow window_;
-  RendezvousStore store_;
+  KvStore store_;
 
   /// Serialises planning; owns the step builder and the planner.
   mutable absl::Mutex plan_mu_;

@@ -819,7 +819,7 @@ TEST_F(ControlPlaneTest, ProfileOptionsAreValidated) {
 }
 
 TEST_F(ControlPlaneTest, TheStoreIsTheSessionsAndShowsInStatus) {
-  // The limits are RendezvousStore's (rendezvous_store_test).
+  // The limits are KvStore's (kv_store_test).
   auto cp = Start(Options());
   ASSERT_NE(cp, nullptr);
   const std::string key = "sess/e0/g0-1/id";

@@ -1,5 +1,5 @@
-#ifndef DCP_SCHEDULER_CONTROL_RENDEZVOUS_STORE_H_
-#define DCP_SCHEDULER_CONTROL_RENDEZVOUS_STORE_H_
+#ifndef DCP_SCHEDULER_CONTROL_KV_STORE_H_
+#define DCP_SCHEDULER_CONTROL_KV_STORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -15,9 +15,9 @@
 
 namespace dcp {
 
-/// Limits of a `RendezvousStore`; all positive. `ControlPlane` initialises
+/// Limits of a `KvStore`; all positive. `ControlPlane` initialises
 /// it in field order.
-struct RendezvousStoreOptions {
+struct KvStoreOptions {
   /// Keys must start with "<session_id>/".
   std::string session_id;
   int64_t max_key_bytes = 256;
@@ -34,16 +34,16 @@ struct RendezvousStoreOptions {
 /// Thread-safe; one lock of its own, never held while calling out: it is
 /// hot while groups form and independent of the rest of the control plane.
 ///
-///   RendezvousStoreOptions options;
+///   KvStoreOptions options;
 ///   options.session_id = "s";
-///   RendezvousStore store(std::move(options));
+///   KvStore store(std::move(options));
 ///   RETURN_IF_ERROR(store.Set("s", "s/e0/g0-1/id", id));
 ///   ASSIGN_OR_RETURN(std::vector<std::string> v, store.Get("s", {key}));
-class RendezvousStore {
+class KvStore {
  public:
-  explicit RendezvousStore(RendezvousStoreOptions options);
-  RendezvousStore(const RendezvousStore&) = delete;
-  RendezvousStore& operator=(const RendezvousStore&) = delete;
+  explicit KvStore(KvStoreOptions options);
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
 
   /// Sets (or replaces) `key`. FAILED_PRECONDITION for another session's
   /// id; INVALID_ARGUMENT for a key outside the session or over a size
@@ -69,7 +69,7 @@ class RendezvousStore {
   Usage usage() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const RendezvousStoreOptions options_;
+  const KvStoreOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::string, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -77,4 +77,4 @@ class RendezvousStore {
 
 }  // namespace dcp
 
-#endif  // DCP_SCHEDULER_CONTROL_RENDEZVOUS_STORE_H_
+#endif  // DCP_SCHEDULER_CONTROL_KV_STORE_H_

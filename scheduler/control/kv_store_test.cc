@@ -1,4 +1,4 @@
-#include "scheduler/control/rendezvous_store.h"
+#include "scheduler/control/kv_store.h"
 
 #include <string>
 #include <vector>
@@ -12,8 +12,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-RendezvousStoreOptions Options() {
-  RendezvousStoreOptions o;
+KvStoreOptions Options() {
+  KvStoreOptions o;
   o.session_id = "sess";
   o.max_keys = 3;
   o.max_key_bytes = 32;
@@ -22,7 +22,7 @@ RendezvousStoreOptions Options() {
 }
 
 TEST(RendezvousStoreTest, SetsGetsAndCountsEachKeyOnce) {
-  RendezvousStore store(Options());
+  KvStore store(Options());
   const std::string key01 = "sess/e0/g0-1/id";
   const std::string key23 = "sess/e0/g2-3/id";
   ASSERT_TRUE(store.Set("sess", key01, "abc").ok());
@@ -32,7 +32,7 @@ TEST(RendezvousStoreTest, SetsGetsAndCountsEachKeyOnce) {
       store.Get("sess", {key23, key01});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, (std::vector<std::string>{"def", "wxyz"}));
-  const RendezvousStore::Usage usage = store.usage();
+  const KvStore::Usage usage = store.usage();
   EXPECT_EQ(usage.keys, 2);
   EXPECT_EQ(usage.bytes,
             static_cast<int64_t>(key01.size() + 4 + key23.size() + 3));
@@ -43,7 +43,7 @@ TEST(RendezvousStoreTest, SetsGetsAndCountsEachKeyOnce) {
 }
 
 TEST(RendezvousStoreTest, EnforcesTheSessionAndTheLimits) {
-  RendezvousStore store(Options());
+  KvStore store(Options());
   EXPECT_EQ(store.Set("other", "sess/e0/x", "v").code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.Get("other", {"sess/e0/x"}).status().code(),
@@ -69,9 +69,9 @@ TEST(RendezvousStoreTest, EnforcesTheSessionAndTheLimits) {
   EXPECT_THAT(s.message(), HasSubstr("holds 3 keys"));
   EXPECT_TRUE(store.Set("sess", "sess/c", "v2").ok());  // replacing is fine
 
-  RendezvousStoreOptions small = Options();
+  KvStoreOptions small = Options();
   small.max_total_bytes = 40;
-  RendezvousStore tight(small);
+  KvStore tight(small);
   // "sess/a" + 16 bytes = 22; a second such key would make 44 > 40.
   ASSERT_TRUE(tight.Set("sess", "sess/a", std::string(16, 'v')).ok());
   s = tight.Set("sess", "sess/b", std::string(16, 'v'));
@@ -82,9 +82,9 @@ TEST(RendezvousStoreTest, EnforcesTheSessionAndTheLimits) {
 }
 
 TEST(RendezvousStoreTest, PurgesEarlierEpochsOnly) {
-  RendezvousStoreOptions o = Options();
+  KvStoreOptions o = Options();
   o.max_keys = 10;
-  RendezvousStore store(o);
+  KvStore store(o);
   for (const char* key : {"sess/e0/g0-1/id", "sess/e1/g0-1/id",
                           "sess/e10/g0-1/id", "sess/eX/y", "sess/world"}) {
     ASSERT_TRUE(store.Set("sess", key, "v").ok()) << key;

@@ -1,4 +1,4 @@
-#include "scheduler/control/rendezvous_store.h"
+#include "scheduler/control/kv_store.h"
 
 #include <utility>
 
@@ -21,12 +21,10 @@ std::string Printable(absl::string_view key) {
 
 }  // namespace
 
-RendezvousStore::RendezvousStore(RendezvousStoreOptions options)
-    : options_(std::move(options)) {}
+KvStore::KvStore(KvStoreOptions options) : options_(std::move(options)) {}
 
-absl::Status RendezvousStore::Set(absl::string_view session_id,
-                                  absl::string_view key,
-                                  absl::string_view value) {
+absl::Status KvStore::Set(absl::string_view session_id, absl::string_view key,
+                          absl::string_view value) {
   RETURN_IF_ERROR(CheckSession(session_id, options_.session_id));
   if (static_cast<int64_t>(key.size()) > options_.max_key_bytes) {
     return absl::InvalidArgumentError(
@@ -71,7 +69,7 @@ absl::Status RendezvousStore::Set(absl::string_view session_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
+absl::StatusOr<std::vector<std::string>> KvStore::Get(
     absl::string_view session_id, const std::vector<std::string>& keys) const {
   RETURN_IF_ERROR(CheckSession(session_id, options_.session_id));
   std::vector<std::string> values;
@@ -88,7 +86,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
   return values;
 }
 
-int64_t RendezvousStore::PurgeBefore(int64_t epoch) {
+int64_t KvStore::PurgeBefore(int64_t epoch) {
   const std::string prefix = absl::StrCat(options_.session_id, "/e");
   int64_t purged = 0;
   absl::MutexLock lock(&mu_);
@@ -110,7 +108,7 @@ int64_t RendezvousStore::PurgeBefore(int64_t epoch) {
   return purged;
 }
 
-RendezvousStore::Usage RendezvousStore::usage() const {
+KvStore::Usage KvStore::usage() const {
   absl::MutexLock lock(&mu_);
   return Usage{static_cast<int64_t>(entries_.size()), bytes_};
 }
