@@ -4,9 +4,12 @@
 # library): prints each broken rule with a path that breaks it, and exits 1
 # when there is one. tools/test.sh runs it before the tests.
 #
-#   tools/check_layering.sh
+#   tools/check_layering.sh           # check the rules
+#   tools/check_layering.sh --graph   # print what each package uses
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+query() { bazel query --noshow_progress --noshow_loading_progress "$@" 2>/dev/null; }
 
 # "from" "to" "why": no dependency path may lead from the first set of
 # targets to the second.
@@ -33,11 +36,28 @@ rules=(
   "nothing but tests depends on tests/"
 )
 
+# Every package with C++ code, and the other packages its libraries and
+# binaries use (tests and test helpers left out; proto and common omitted,
+# since every package may use them).
+print_graph() {
+  local pkg uses
+  for pkg in $(query 'kind("cc_library|cc_binary", //...)' --output=package | sort); do
+    uses="$(query "let t = $(delivered "//${pkg}:all") in deps(\$t, 1) except \$t" |
+      sed -n 's#^//\([^:]*\):.*#\1#p' | sort -u |
+      { grep -vxE "${pkg}|proto|common|data" || true; } | paste -sd, - | sed 's/,/, /g')"
+    printf '%-18s -> %s\n' "${pkg}" "${uses:-(nothing else)}"
+  done
+}
+
+if [[ "${1:-}" == "--graph" ]]; then
+  print_graph
+  exit 0
+fi
+
 broken=0
 for ((i = 0; i < ${#rules[@]}; i += 3)); do
   from="${rules[i]}" to="${rules[i + 1]}" why="${rules[i + 2]}"
-  path="$(bazel query --noshow_progress --noshow_loading_progress \
-    "somepath(${from}, ${to})" 2>/dev/null)" || {
+  path="$(query "somepath(${from}, ${to})")" || {
     echo "check_layering: bazel query failed for: somepath(${from}, ${to})" >&2
     exit 2
   }

@@ -3,14 +3,14 @@
 // 1,024 GPUs that is 64M tokens a step. BM_ScenarioA is scenario A exactly
 // (32 GPUs, 2M tokens a step).
 //
-//   bazel run -c opt //scheduler:planner_benchmark
+//   bazel run -c opt //scheduler/planner:planner_benchmark
 
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "scheduler/cli/job_config.h"
+#include "scheduler/lengths/length_reader.h"
 #include "scheduler/planner/planner.h"
 #include "scheduler/planner/step_builder.h"
 
@@ -19,8 +19,9 @@ namespace {
 
 const std::vector<int32_t>& Wikipedia() {
   static const std::vector<int32_t>* lengths = [] {
-    absl::StatusOr<std::vector<int32_t>> l =
-        LoadLengths("data/lengths/wikipedia.txt", "text", "");
+    LengthSourceOptions source;
+    source.path = "data/lengths/wikipedia.txt";
+    absl::StatusOr<std::vector<int32_t>> l = ReadAllLengths(source);
     if (!l.ok()) {
       std::fprintf(stderr, "%s\n", std::string(l.status().message()).c_str());
       std::abort();
