@@ -1,9 +1,11 @@
 #include "comm/communicator_cache.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -12,9 +14,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "comm/fake_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "comm/fake_communicator.h"
 
 namespace dcp {
 namespace {
@@ -26,6 +29,39 @@ CommKey Key(std::vector<int> ranks, int64_t epoch) {
   EXPECT_TRUE(key.ok()) << key.status();
   return *key;
 }
+
+// A guard against a test that hangs, never a step of one: every wait below
+// ends by a notification or a condition long before it.
+constexpr absl::Duration kGuard = absl::Seconds(30);
+
+// A communicator that runs `on_destroy` when destroyed, so a test can wait
+// for a destruction that happens on the cache's own thread.
+class DestructionSignal final : public Communicator {
+ public:
+  DestructionSignal(std::unique_ptr<Communicator> comm,
+                    std::function<void()> on_destroy)
+      : comm_(std::move(comm)), on_destroy_(std::move(on_destroy)) {}
+  ~DestructionSignal() override {
+    comm_.reset();
+    on_destroy_();
+  }
+
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+  absl::Status AllToAll(const float* send, float* recv,
+                        size_t count_per_peer) override {
+    return comm_->AllToAll(send, recv, count_per_peer);
+  }
+  absl::Status AllReduceSum(float* data, size_t count) override {
+    return comm_->AllReduceSum(data, count);
+  }
+  absl::Status Barrier() override { return comm_->Barrier(); }
+  void Abort() override { comm_->Abort(); }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  std::function<void()> on_destroy_;
+};
 
 // A factory of fake communicators that counts its calls per key and can be
 // told to fail or to block until released.
@@ -52,8 +88,30 @@ class FakeFactory {
       // A group of one: the cache never runs collectives, and the stats
       // then count exactly the communicators the cache held.
       auto members = FakeCommunicator::Group(1, absl::Seconds(5), stats_);
-      return std::unique_ptr<Communicator>(std::move(members[0]));
+      return std::unique_ptr<Communicator>(
+          new DestructionSignal(std::move(members[0]), [this] {
+            absl::MutexLock lock(&mu_);
+            ++destroyed_;
+          }));
     };
+  }
+
+  // Waits until the factory was called `n` times for `key`.
+  bool AwaitCalls(const CommKey& key, int n) {
+    absl::MutexLock lock(&mu_);
+    auto called = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = calls_.find(key);
+      return it != calls_.end() && it->second >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&called), kGuard);
+  }
+  // Waits until `n` of the communicators it made were destroyed.
+  bool AwaitDestroyed(int n) {
+    absl::MutexLock lock(&mu_);
+    auto destroyed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return destroyed_ >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&destroyed), kGuard);
   }
 
   void FailNext() {
@@ -84,18 +142,9 @@ class FakeFactory {
   absl::flat_hash_map<CommKey, absl::Notification*> gates_;
   std::vector<std::string> prefixes_;
   bool fail_next_ = false;
+  int destroyed_ = 0;
   std::shared_ptr<FakeCommunicatorStats> stats_;
 };
-
-// Polls `done` for up to 5 s (background warm-ups end asynchronously).
-bool Eventually(const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return done();
-}
 
 TEST(CommKeyTest, MakeSortsAndRejectsMalformedKeys) {
   absl::StatusOr<CommKey> key = CommKey::Make({5, 1, 3}, 2);
@@ -191,26 +240,34 @@ TEST(CommunicatorCacheTest, WarmFormsInBackgroundAndGetWaitsForIt) {
   factory.Gate(a, &release_a);
   ASSERT_TRUE(cache.Warm({{a, "a/"}, {b, "b/"}}).ok());
 
-  // Get(a) must wait for the warm-up under way, not form a second group.
-  ASSERT_TRUE(Eventually([&] { return factory.calls(a) == 1; }));
+  // Get(a) must wait for the warm-up under way, not form a second group
+  // (which would call the factory again, and block at the gate).
+  ASSERT_TRUE(factory.AwaitCalls(a, 1));
+  absl::Notification getting;
   absl::StatusOr<Communicator*> got = absl::UnknownError("not run");
-  std::thread getter([&] { got = cache.Get(a, "a/"); });
-  absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_EQ(factory.calls(a), 1);
+  std::thread getter([&] {
+    getting.Notify();
+    got = cache.Get(a, "a/");
+  });
+  getting.WaitForNotification();
   release_a.Notify();
   getter.join();
   ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_TRUE(Eventually([&] { return cache.stats().warmed == 2; }));
   EXPECT_EQ(factory.calls(a), 1);
-  EXPECT_EQ(factory.calls(b), 1);
+  // A Get of a group still warming waits for it too: either way, a hit.
+  ASSERT_TRUE(factory.AwaitCalls(b, 1));
   absl::StatusOr<Communicator*> got_b = cache.Get(b, "b/");
   ASSERT_TRUE(got_b.ok());
+  EXPECT_EQ(factory.calls(b), 1);
   CommunicatorCache::Stats stats = cache.stats();
+  EXPECT_EQ(stats.warmed, 2);
   EXPECT_EQ(stats.hits, 2);
   EXPECT_EQ(stats.misses, 0);
-  // Warming what is held already forms nothing.
-  ASSERT_TRUE(cache.Warm({{a, "a/"}}).ok());
-  absl::SleepFor(absl::Milliseconds(20));
+  // Warming what is held already forms nothing: the warm-up queued after it
+  // is formed, and `a` was not formed again before it.
+  const CommKey c = Key({0, 2}, 3);
+  ASSERT_TRUE(cache.Warm({{a, "a/"}, {c, "c/"}}).ok());
+  ASSERT_TRUE(factory.AwaitCalls(c, 1));
   EXPECT_EQ(factory.calls(a), 1);
 }
 
@@ -222,11 +279,11 @@ TEST(CommunicatorCacheTest, QuiesceWaitsForFormationsAndDropsQueuedOnes) {
   absl::Notification release_a;
   factory.Gate(a, &release_a);
   ASSERT_TRUE(cache.Warm({{a, "a/"}, {b, "b/"}}).ok());
-  ASSERT_TRUE(Eventually([&] { return factory.calls(a) == 1; }));
+  ASSERT_TRUE(factory.AwaitCalls(a, 1));
   // `a` is forming: not quiet yet; `b` is dropped from the queue.
-  EXPECT_FALSE(cache.Quiesce(absl::Milliseconds(50)));
+  EXPECT_FALSE(cache.Quiesce(absl::ZeroDuration()));
   release_a.Notify();
-  EXPECT_TRUE(cache.Quiesce(absl::Seconds(5)));
+  EXPECT_TRUE(cache.Quiesce(kGuard));
   EXPECT_EQ(cache.stats().warmed, 1);
   EXPECT_EQ(factory.calls(b), 0);
   // `b` forms on demand, as any group does.
@@ -276,10 +333,10 @@ TEST(CommunicatorCacheTest, GroupEvictedWhileFormingIsDestroyedWhenFormed) {
   absl::Notification release;
   factory.Gate(key, &release);
   ASSERT_TRUE(cache.Warm({{key, "f/"}}).ok());
-  ASSERT_TRUE(Eventually([&] { return factory.calls(key) == 1; }));
+  ASSERT_TRUE(factory.AwaitCalls(key, 1));
   EXPECT_EQ(cache.EvictBefore(5), 0);
   release.Notify();
-  ASSERT_TRUE(Eventually([&] { return factory.stats().destroyed == 1; }));
+  ASSERT_TRUE(factory.AwaitDestroyed(1));
   EXPECT_EQ(cache.stats().live, 0);
   EXPECT_EQ(cache.Get(key, "f/").status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -325,7 +382,7 @@ TEST(CommunicatorCacheTest, GroupFormedAfterAbortAllIsAborted) {
   factory.Gate(key, &release);
   absl::Status status;
   std::thread getter([&] { status = cache.Get(key, "g/").status(); });
-  ASSERT_TRUE(Eventually([&] { return factory.calls(key) == 1; }));
+  ASSERT_TRUE(factory.AwaitCalls(key, 1));
   cache.AbortAll();
   release.Notify();
   getter.join();
@@ -345,7 +402,11 @@ TEST(CommunicatorCacheTest, DestructionDropsQueuedWarmUps) {
             .Warm(
                 {{first, "1/"}, {Key({0, 2}, 0), "2/"}, {Key({0, 3}, 0), "3/"}})
             .ok());
-    ASSERT_TRUE(Eventually([&] { return factory.calls(first) == 1; }));
+    ASSERT_TRUE(factory.AwaitCalls(first, 1));
+    // The release must come once the destructor has dropped the queue, and
+    // nothing outside the cache can see that moment: the delay only keeps
+    // a correct cache from forming `2/` before it, it cannot hide a cache
+    // that forms the queued groups (they would be formed either way).
     std::thread releaser([&] {
       absl::SleepFor(absl::Milliseconds(50));
       release.Notify();

@@ -6,13 +6,20 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "comm/rendezvous_store.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "comm/rendezvous_store.h"
 
 namespace dcp {
 namespace {
@@ -110,27 +117,69 @@ TEST_P(GlooCommunicatorTest, AllReduceSumAndBarrierAreExact) {
 INSTANTIATE_TEST_SUITE_P(GroupSizes, GlooCommunicatorTest,
                          ::testing::Values(1, 2, 4));
 
+// A guard against a test that hangs, never a step of one.
+constexpr absl::Duration kGuard = absl::Seconds(30);
+
+// A store that lets a test wait until waits for a key have begun.
+class WatchedStore final : public RendezvousStoreInterface {
+ public:
+  explicit WatchedStore(RendezvousStoreInterface* store) : store_(store) {}
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override {
+    return store_->Set(key, value);
+  }
+  absl::StatusOr<std::vector<std::string>> Wait(
+      absl::Span<const std::string> keys, absl::Duration timeout) override {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const std::string& key : keys) ++waits_[key];
+    }
+    return store_->Wait(keys, timeout);
+  }
+
+  // Waits until `n` Wait calls that include `key` have begun.
+  bool AwaitWaits(const std::string& key, int n) {
+    absl::MutexLock lock(&mu_);
+    auto begun = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return waits_[key] >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&begun), kGuard);
+  }
+
+ private:
+  RendezvousStoreInterface* const store_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int> waits_ ABSL_GUARDED_BY(mu_);
+};
+
 TEST(GlooCommunicatorCreateTest, MissingRankMakesTheOthersTimeOut) {
   const std::vector<int> ranks = {0, 1, 2, 3};
   absl::StatusOr<CommKey> key = CommKey::Make(ranks, 2);
   ASSERT_TRUE(key.ok());
-  InMemoryRendezvousStore store;
+  FakeClock clock;
+  InMemoryRendezvousStore memory({&clock});
+  WatchedStore store(&memory);
   GlooCommunicator::Options options;
-  options.timeout = absl::Seconds(1);
+  options.timeout = absl::Seconds(20);
   std::vector<absl::Status> results(3);
-  std::vector<absl::Duration> elapsed(3);
-  RunRanks({0, 1, 2}, [&](int rank) {  // Rank 3 never shows up.
-    const absl::Time start = absl::Now();
-    results[rank] =
-        GlooCommunicator::Create(*key, rank, "missing/", &store, options)
-            .status();
-    elapsed[rank] = absl::Now() - start;
+  std::thread members([&] {
+    RunRanks({0, 1, 2}, [&](int rank) {  // Rank 3 never shows up.
+      results[rank] =
+          GlooCommunicator::Create(*key, rank, "missing/", &store, options)
+              .status();
+    });
   });
+  // Each member waits for rank 3 only once it has met the other two (each
+  // is in one wait at a time), so when all three wait for it the clock's
+  // three sleepers are those waits: their timeout is what passes.
+  ASSERT_TRUE(store.AwaitWaits("missing/gloo/3", 3));
+  ASSERT_TRUE(clock.AwaitSleepers(3, kGuard));
+  clock.Advance(options.timeout);
+  members.join();
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(results[rank].code(), absl::StatusCode::kDeadlineExceeded)
         << results[rank];
     EXPECT_THAT(results[rank].message(), HasSubstr("missing/gloo/3"));
-    EXPECT_LT(elapsed[rank], absl::Seconds(5)) << "rank " << rank;
   }
 }
 
@@ -154,12 +203,17 @@ TEST(GlooCommunicatorCreateTest, AbortFailsThePeersAtOnce) {
   ASSERT_EQ(comms.size(), 2);
   absl::Status peer_status;
   absl::Duration peer_elapsed;
+  absl::Notification peer_started;
   std::thread peer([&] {
     const absl::Time start = absl::Now();
+    peer_started.Notify();
     peer_status = comms[1]->Barrier();
     peer_elapsed = absl::Now() - start;
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  // Whether the peer is already blocked in its barrier or about to enter
+  // it, it can complete only through rank 0: a peer that fails well before
+  // its 20 s timeout was failed by the abort.
+  peer_started.WaitForNotification();
   comms[0]->Abort();
   comms[0]->Abort();  // Idempotent.
   peer.join();

@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
-#include "common/cuda_status.h"
 #include "comm/nccl_communicator.h"
 #include "comm/nccl_status.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
 
 namespace dcp {
 namespace {

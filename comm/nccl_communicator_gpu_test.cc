@@ -11,10 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "gtest/gtest.h"
 #include "comm/comm_key.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous_store.h"
+#include "gtest/gtest.h"
 
 namespace dcp {
 namespace {

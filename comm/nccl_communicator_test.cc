@@ -1,9 +1,9 @@
 #include "comm/nccl_communicator.h"
 
 #include "absl/status/status.h"
+#include "comm/rendezvous_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "comm/rendezvous_store.h"
 
 namespace dcp {
 namespace {

@@ -8,6 +8,9 @@
 
 namespace dcp {
 
+InMemoryRendezvousStore::InMemoryRendezvousStore(Options options)
+    : clock_(options.clock != nullptr ? options.clock : RealClock::Default()) {}
+
 absl::Status InMemoryRendezvousStore::Set(absl::string_view key,
                                           absl::string_view value) {
   absl::MutexLock lock(&mu_);
@@ -24,7 +27,7 @@ absl::StatusOr<std::vector<std::string>> InMemoryRendezvousStore::Wait(
     return true;
   };
   absl::MutexLock lock(&mu_);
-  if (!mu_.AwaitWithTimeout(absl::Condition(&all_set), timeout)) {
+  if (!clock_->AwaitWithTimeout(&mu_, absl::Condition(&all_set), timeout)) {
     std::vector<absl::string_view> missing;
     for (const std::string& key : keys) {
       if (!values_.contains(key)) missing.push_back(key);

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 
 namespace dcp {
 
@@ -39,14 +40,22 @@ class RendezvousStoreInterface {
 /// A `RendezvousStoreInterface` in the memory of one process: the store of
 /// single-process runs and of tests that run the ranks of a group as threads.
 ///
-/// Thread-safe; `Wait` blocks on a condition, it does not poll.
+/// Thread-safe; `Wait` blocks on a condition, it does not poll, and measures
+/// its timeout on the injected clock.
 ///
 ///   InMemoryRendezvousStore store;
 ///   // thread of rank 0: store.Set("g/0", address0);
 ///   // thread of rank 1: store.Wait({"g/0"}, absl::Seconds(5));
 class InMemoryRendezvousStore final : public RendezvousStoreInterface {
  public:
-  InMemoryRendezvousStore() = default;
+  struct Options {
+    /// What `Wait`'s timeout is measured on; not owned, must outlive the
+    /// store. Null: the system clock.
+    Clock* clock = nullptr;
+  };
+
+  InMemoryRendezvousStore() : InMemoryRendezvousStore(Options()) {}
+  explicit InMemoryRendezvousStore(Options options);
   InMemoryRendezvousStore(const InMemoryRendezvousStore&) = delete;
   InMemoryRendezvousStore& operator=(const InMemoryRendezvousStore&) = delete;
 
@@ -58,6 +67,7 @@ class InMemoryRendezvousStore final : public RendezvousStoreInterface {
   size_t size() const;
 
  private:
+  Clock* const clock_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };

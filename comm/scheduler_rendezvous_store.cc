@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "proto/scheduler_service.grpc.pb.h"
 
@@ -28,6 +28,14 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
 
 std::chrono::system_clock::time_point Deadline(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+// Sleeps until `clock` reads `until`: a wait on a condition that never holds.
+void SleepUntil(Clock& clock, absl::Time until) {
+  absl::Mutex mu;
+  static constexpr bool kNever = false;
+  absl::MutexLock lock(&mu);
+  clock.AwaitWithDeadline(&mu, absl::Condition(&kNever), until);
 }
 
 }  // namespace
@@ -50,6 +58,7 @@ SchedulerRendezvousStore::Create(
         "SchedulerRendezvousStore: backoffs and rpc_timeout must be positive "
         "and max_backoff >= initial_backoff");
   }
+  if (options.clock == nullptr) options.clock = RealClock::Default();
   auto impl = std::make_unique<Impl>();
   impl->stub = v1::Scheduler::NewStub(channel);
   impl->options = std::move(options);
@@ -81,11 +90,12 @@ absl::StatusOr<std::vector<std::string>> SchedulerRendezvousStore::Wait(
   request.set_session_id(impl_->options.session_id);
   for (const std::string& key : keys) request.add_keys(key);
 
-  const absl::Time deadline = absl::Now() + timeout;
+  Clock& clock = *impl_->options.clock;
+  const absl::Time deadline = clock.Now() + timeout;
   absl::Duration backoff = impl_->options.initial_backoff;
   absl::Status last = absl::NotFoundError("not polled yet");
   while (true) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock.Now();
     if (left <= absl::ZeroDuration()) break;
     v1::StoreGetResponse response;
     grpc::ClientContext context;
@@ -109,7 +119,7 @@ absl::StatusOr<std::vector<std::string>> SchedulerRendezvousStore::Wait(
       default:
         return last;
     }
-    absl::SleepFor(std::min(backoff, deadline - absl::Now()));
+    SleepUntil(clock, std::min(clock.Now() + backoff, deadline));
     backoff = std::min(backoff * 2, impl_->options.max_backoff);
   }
   return absl::DeadlineExceededError(absl::StrCat(

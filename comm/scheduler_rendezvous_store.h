@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "comm/rendezvous_store.h"
+#include "common/clock.h"
 
 namespace grpc {
 class ChannelInterface;
@@ -25,7 +26,8 @@ namespace dcp {
 ///
 /// The server never blocks, so `Wait` polls StoreGet, sleeping between polls
 /// with a backoff that starts at `initial_backoff` and doubles up to
-/// `max_backoff`, until the keys are all set or the timeout passes. NOT_FOUND
+/// `max_backoff`, until the keys are all set or the timeout passes (both
+/// measured on, and slept on, the injected clock). NOT_FOUND
 /// and UNAVAILABLE (a scheduler restarting) are retried; any other error ends
 /// the wait at once. Thread-safe: gRPC stubs are.
 ///
@@ -47,6 +49,10 @@ class SchedulerRendezvousStore final : public RendezvousStoreInterface {
     absl::Duration max_backoff = absl::Milliseconds(50);
     /// Deadline of one RPC (shortened to what is left of a `Wait`).
     absl::Duration rpc_timeout = absl::Seconds(10);
+    /// What `Wait`'s timeout and back-off are measured and slept on; not
+    /// owned, must outlive the store. Null: the system clock. RPC deadlines
+    /// are always in real time (gRPC's).
+    Clock* clock = nullptr;
   };
 
   /// A store that talks to the scheduler over `channel`. INVALID_ARGUMENT for

@@ -1,5 +1,8 @@
 #include "common/clock.h"
 
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -26,6 +29,70 @@ TEST(RealClockTest, FollowsTheSystemClock) {
   const absl::Time now = clock.Now();
   EXPECT_GE(now, before);
   EXPECT_LE(now, absl::Now());
+}
+
+TEST(FakeClockTest, WaitEndsWhenTheTimeReachesItsDeadline) {
+  FakeClock clock;
+  absl::Mutex mu;
+  bool never = false;
+  bool held = true;
+  std::thread waiter([&] {
+    absl::MutexLock lock(&mu);
+    held =
+        clock.AwaitWithTimeout(&mu, absl::Condition(&never), absl::Seconds(10));
+  });
+  EXPECT_TRUE(clock.AwaitSleepers(1, absl::Seconds(30)));
+  EXPECT_EQ(clock.NextDeadline(), absl::UnixEpoch() + absl::Seconds(10));
+  EXPECT_TRUE(clock.AwaitSleeperUntil(absl::UnixEpoch() + absl::Seconds(10),
+                                      absl::ZeroDuration()));
+  EXPECT_FALSE(clock.AwaitSleeperUntil(absl::UnixEpoch() + absl::Seconds(9),
+                                       absl::ZeroDuration()));
+  clock.Advance(absl::Seconds(9));
+  // Not reached: the wait is still under way.
+  EXPECT_TRUE(clock.AwaitSleepers(1, absl::ZeroDuration()));
+  clock.Advance(absl::Seconds(1));
+  waiter.join();
+  EXPECT_FALSE(held);
+  EXPECT_FALSE(clock.AwaitSleepers(1, absl::ZeroDuration()));
+}
+
+TEST(FakeClockTest, WaitEndsWhenItsConditionHolds) {
+  FakeClock clock;
+  absl::Mutex mu;
+  bool ready = false;
+  bool held = false;
+  std::thread waiter([&] {
+    absl::MutexLock lock(&mu);
+    held = clock.AwaitWithTimeout(&mu, absl::Condition(&ready), absl::Hours(1));
+  });
+  EXPECT_TRUE(clock.AwaitSleepers(1, absl::Seconds(30)));
+  {
+    absl::MutexLock lock(&mu);
+    ready = true;
+  }
+  waiter.join();
+  EXPECT_TRUE(held);
+  EXPECT_EQ(clock.Now(), absl::UnixEpoch());
+}
+
+TEST(FakeClockTest, WaitPastItsDeadlineDoesNotBlock) {
+  FakeClock clock(absl::FromUnixSeconds(100));
+  absl::Mutex mu;
+  bool never = false;
+  absl::MutexLock lock(&mu);
+  EXPECT_FALSE(clock.AwaitWithDeadline(&mu, absl::Condition(&never),
+                                       absl::FromUnixSeconds(100)));
+}
+
+TEST(RealClockTest, WaitsInRealTime) {
+  Clock* clock = RealClock::Default();
+  absl::Mutex mu;
+  bool never = false;
+  absl::MutexLock lock(&mu);
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(clock->AwaitWithTimeout(&mu, absl::Condition(&never),
+                                       absl::Milliseconds(20)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
 }
 
 }  // namespace

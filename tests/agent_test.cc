@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,6 +26,10 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+/// Bounds a real wait that ends on a condition: a hang fails the test
+/// instead of blocking it.
+constexpr absl::Duration kGuard = absl::Seconds(30);
 
 ModelSpec TinyModel() {
   ModelSpec model;
@@ -147,14 +152,13 @@ TEST(AgentTest, HandsOutStepsInOrderThenDrains) {
   std::vector<int64_t> steps;
   int64_t last = -1;
   while (true) {
-    absl::StatusOr<NextStepResult> next =
-        (*agent)->NextStep(last, absl::Seconds(20));
+    absl::StatusOr<NextStepResult> next = (*agent)->NextStep(last, kGuard);
     ASSERT_TRUE(next.ok()) << next.status();
     if (next->drained) break;
     EXPECT_EQ(next->step.rank(), 0);
     // Asking again (a lost answer) gives the same step.
     absl::StatusOr<NextStepResult> again =
-        (*agent)->NextStep(last, absl::Seconds(1));
+        (*agent)->NextStep(last, absl::ZeroDuration());
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->step.step(), next->step.step());
     steps.push_back(next->step.step());
@@ -165,10 +169,10 @@ TEST(AgentTest, HandsOutStepsInOrderThenDrains) {
     ASSERT_LT(steps.size(), 10u);
   }
   EXPECT_THAT(steps, ElementsAre(0, 1, 2, 3, 4));
-  EXPECT_TRUE((*agent)->WaitForDrainDelivered(absl::Seconds(1)).ok());
+  EXPECT_TRUE((*agent)->WaitForDrainDelivered(absl::ZeroDuration()).ok());
   // Drained is final.
   absl::StatusOr<NextStepResult> after =
-      (*agent)->NextStep(last, absl::Seconds(1));
+      (*agent)->NextStep(last, absl::ZeroDuration());
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->drained);
 
@@ -186,18 +190,33 @@ TEST(AgentTest, WaitsForPlanningAndTimesOut) {
   // Look-ahead 1: step 1 is planned only once step 0 is reported.
   auto server = StartServer(ServerOptions(1, 1, 0));
   ASSERT_NE(server, nullptr);
-  auto agent = Agent::Start(AgentFor(*server, 0));
+  FakeClock clock;
+  AgentOptions options = AgentFor(*server, 0);
+  options.clock = &clock;
+  auto agent = Agent::Start(options);
   ASSERT_TRUE(agent.ok()) << agent.status();
-  absl::StatusOr<NextStepResult> first =
-      (*agent)->NextStep(-1, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> first = (*agent)->NextStep(-1, kGuard);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->step.step(), 0);
-  absl::StatusOr<NextStepResult> early =
-      (*agent)->NextStep(0, absl::Milliseconds(200));
+
+  // The wait for step 1 ends when the agent's clock reaches its deadline.
+  absl::StatusOr<NextStepResult> early = absl::UnknownError("not returned");
+  absl::Notification returned;
+  std::thread waiter([&] {
+    early = (*agent)->NextStep(0, absl::Milliseconds(200));
+    returned.Notify();
+  });
+  const absl::Time deadline = clock.Now() + absl::Milliseconds(200);
+  // EXPECT, not ASSERT: the thread is joined either way.
+  EXPECT_TRUE(clock.AwaitSleeperUntil(deadline, kGuard));
+  EXPECT_FALSE(returned.HasBeenNotified());
+  clock.Advance(absl::Milliseconds(200));
+  ASSERT_TRUE(returned.WaitForNotificationWithTimeout(kGuard));
+  waiter.join();
   EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded);
+
   ASSERT_TRUE((*agent)->ReportTimings(ReportOf(first->step)).ok());
-  absl::StatusOr<NextStepResult> second =
-      (*agent)->NextStep(0, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> second = (*agent)->NextStep(0, kGuard);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->step.step(), 1);
 }
@@ -205,71 +224,109 @@ TEST(AgentTest, WaitsForPlanningAndTimesOut) {
 TEST(AgentTest, AsyncNextStepAnswersLaterTimesOutAndCancels) {
   auto server = StartServer(ServerOptions(1, 1, 0));
   ASSERT_NE(server, nullptr);
-  auto agent = Agent::Start(AgentFor(*server, 0));
+  FakeClock clock;
+  AgentOptions options = AgentFor(*server, 0);
+  options.clock = &clock;
+  auto agent = Agent::Start(options);
   ASSERT_TRUE(agent.ok()) << agent.status();
-  absl::StatusOr<NextStepResult> first =
-      (*agent)->NextStep(-1, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> first = (*agent)->NextStep(-1, kGuard);
   ASSERT_TRUE(first.ok()) << first.status();
 
-  // Step 1 is not planned before step 0 is reported: the call waits.
+  // Step 1 is not planned before step 0 is reported: the call waits, on
+  // the agent's thread, for the step or its deadline.
   absl::Notification answered;
   absl::StatusOr<NextStepResult> answer = absl::UnknownError("none");
-  const int64_t id =
-      (*agent)->NextStepAsync(0, absl::Now() + absl::Seconds(20),
-                              [&](absl::StatusOr<NextStepResult> result) {
-                                answer = std::move(result);
-                                answered.Notify();
-                              });
+  const absl::Time far = clock.Now() + absl::Seconds(20);
+  const int64_t id = (*agent)->NextStepAsync(
+      0, far, [&](absl::StatusOr<NextStepResult> result) {
+        answer = std::move(result);
+        answered.Notify();
+      });
   EXPECT_NE(id, 0);
-  EXPECT_FALSE(
-      answered.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  ASSERT_TRUE(clock.AwaitSleeperUntil(far, kGuard));
+  EXPECT_FALSE(answered.HasBeenNotified());
   ASSERT_TRUE((*agent)->ReportTimings(ReportOf(first->step)).ok());
-  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(kGuard));
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(answer->step.step(), 1);
   EXPECT_FALSE((*agent)->CancelNextStep(id));  // Already answered.
 
   // Already there: answered inline.
   bool inline_answer = false;
-  EXPECT_EQ((*agent)->NextStepAsync(0, absl::Now() + absl::Seconds(1),
+  EXPECT_EQ((*agent)->NextStepAsync(0, clock.Now() + absl::Seconds(1),
                                     [&](absl::StatusOr<NextStepResult> r) {
                                       inline_answer = r.ok();
                                     }),
             0);
   EXPECT_TRUE(inline_answer);
 
-  // Nothing comes (step 1 is not reported): the deadline answers.
+  // Nothing comes (step 1 is not reported): the deadline answers, once the
+  // clock reaches it.
   absl::Notification timed_out;
   absl::Status late;
-  (*agent)->NextStepAsync(1, absl::Now() + absl::Milliseconds(150),
-                          [&](absl::StatusOr<NextStepResult> r) {
-                            late = r.status();
-                            timed_out.Notify();
-                          });
-  ASSERT_TRUE(timed_out.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const absl::Time soon = clock.Now() + absl::Milliseconds(150);
+  (*agent)->NextStepAsync(1, soon, [&](absl::StatusOr<NextStepResult> r) {
+    late = r.status();
+    timed_out.Notify();
+  });
+  ASSERT_TRUE(clock.AwaitSleeperUntil(soon, kGuard));
+  EXPECT_FALSE(timed_out.HasBeenNotified());
+  clock.Advance(absl::Milliseconds(150));
+  ASSERT_TRUE(timed_out.WaitForNotificationWithTimeout(kGuard));
   EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
 
   // Cancelled: the callback never runs, not even at shutdown.
   std::atomic<bool> ran{false};
   const int64_t cancelled = (*agent)->NextStepAsync(
-      1, absl::Now() + absl::Seconds(30),
+      1, clock.Now() + absl::Seconds(30),
       [&](absl::StatusOr<NextStepResult>) { ran = true; });
   EXPECT_TRUE((*agent)->CancelNextStep(cancelled));
 
   // Pending at shutdown: answered UNAVAILABLE.
   absl::Notification shut;
   absl::Status at_shutdown;
-  (*agent)->NextStepAsync(1, absl::Now() + absl::Seconds(30),
+  (*agent)->NextStepAsync(1, clock.Now() + absl::Seconds(30),
                           [&](absl::StatusOr<NextStepResult> r) {
                             at_shutdown = r.status();
                             shut.Notify();
                           });
   (*agent)->Shutdown();
-  ASSERT_TRUE(shut.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(shut.WaitForNotificationWithTimeout(kGuard));
   EXPECT_EQ(at_shutdown.code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(ran.load());
-  EXPECT_EQ((*agent)->NextStep(1, absl::Seconds(1)).status().code(),
+  EXPECT_EQ((*agent)->NextStep(1, kGuard).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+TEST(AgentTest, ReconnectsBackOffOnTheAgentsClockThenGiveUp) {
+  auto server = StartServer(ServerOptions(1, 1, 0));
+  ASSERT_NE(server, nullptr);
+  FakeClock clock;
+  AgentOptions options = AgentFor(*server, 0);
+  options.clock = &clock;
+  // In real time the test would wait an hour before each reconnection.
+  options.initial_backoff = absl::Hours(1);
+  options.max_backoff = absl::Hours(1);
+  options.max_reconnect_attempts = 2;
+  auto agent = Agent::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_TRUE((*agent)->NextStep(-1, kGuard).ok());
+  server->Shutdown();
+  server.reset();
+
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    // The reader sleeps before each reconnection; until the clock moves it
+    // has not given up.
+    ASSERT_TRUE(clock.AwaitSleeperUntil(clock.Now() + absl::Hours(1), kGuard))
+        << "attempt " << attempt;
+    EXPECT_EQ((*agent)->NextStep(0, absl::ZeroDuration()).status().code(),
+              absl::StatusCode::kDeadlineExceeded)
+        << "attempt " << attempt;
+    clock.Advance(absl::Hours(1));
+  }
+  absl::StatusOr<NextStepResult> lost = (*agent)->NextStep(0, kGuard);
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lost.status().message(), HasSubstr("gave up after 2"));
 }
 
 TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
@@ -284,8 +341,7 @@ TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
   std::vector<int64_t> steps;
   int64_t last = -1;
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<NextStepResult> next =
-        (*agent)->NextStep(last, absl::Seconds(20));
+    absl::StatusOr<NextStepResult> next = (*agent)->NextStep(last, kGuard);
     ASSERT_TRUE(next.ok()) << next.status();
     steps.push_back(next->step.step());
     ASSERT_TRUE((*agent)->ReportTimings(ReportOf(next->step)).ok());
@@ -302,8 +358,7 @@ TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
   ASSERT_NE(second, nullptr);
 
   while (true) {
-    absl::StatusOr<NextStepResult> next =
-        (*agent)->NextStep(last, absl::Seconds(20));
+    absl::StatusOr<NextStepResult> next = (*agent)->NextStep(last, kGuard);
     ASSERT_TRUE(next.ok()) << next.status();
     if (next->drained) break;
     steps.push_back(next->step.step());
@@ -325,8 +380,7 @@ TEST(AgentTest, NewSchedulerSessionIsAnError) {
   const int port = first->port();
   auto agent = Agent::Start(AgentFor(*first, 0));
   ASSERT_TRUE(agent.ok()) << agent.status();
-  absl::StatusOr<NextStepResult> step0 =
-      (*agent)->NextStep(-1, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> step0 = (*agent)->NextStep(-1, kGuard);
   ASSERT_TRUE(step0.ok()) << step0.status();
   first->Shutdown();
   first.reset();
@@ -334,8 +388,7 @@ TEST(AgentTest, NewSchedulerSessionIsAnError) {
   second_options.listen_address = absl::StrCat("127.0.0.1:", port);
   auto second = StartServer(second_options);
   ASSERT_NE(second, nullptr);
-  absl::StatusOr<NextStepResult> next =
-      (*agent)->NextStep(0, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> next = (*agent)->NextStep(0, kGuard);
   EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(next.status().message(), HasSubstr("restarted"));
 }
@@ -345,16 +398,14 @@ TEST(AgentTest, TakenOverRankFails) {
   ASSERT_NE(server, nullptr);
   auto first = Agent::Start(AgentFor(*server, 0));
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE((*first)->NextStep(-1, absl::Seconds(20)).ok());
+  ASSERT_TRUE((*first)->NextStep(-1, kGuard).ok());
   auto second = Agent::Start(AgentFor(*server, 0));
   ASSERT_TRUE(second.ok()) << second.status();
-  absl::StatusOr<NextStepResult> next =
-      (*first)->NextStep(0, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> next = (*first)->NextStep(0, kGuard);
   EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(next.status().message(), HasSubstr("taken over"));
   // The newcomer resumes where the rank stands: step 0 is not reported.
-  absl::StatusOr<NextStepResult> resumed =
-      (*second)->NextStep(-1, absl::Seconds(20));
+  absl::StatusOr<NextStepResult> resumed = (*second)->NextStep(-1, kGuard);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->step.step(), 0);
 }

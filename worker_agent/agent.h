@@ -2,13 +2,9 @@
 #define DCP_WORKER_AGENT_AGENT_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -17,137 +13,25 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "comm/rendezvous_store.h"
+#include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
-#include "comm/comm_key.h"
-#include "comm/rendezvous_store.h"
+#include "worker_agent/agent_options.h"
 
 namespace grpc {
 class ChannelInterface;
-class ClientContext;
 }  // namespace grpc
 
 namespace dcp {
 
-class Agent;
+class CancellableStore;
 class CommunicatorCache;
-class ReportStream;
-
-/// The communicator of a group this rank belongs to (p > 1), owned by the
-/// agent.
-using GroupResolver =
-    std::function<absl::StatusOr<Communicator*>(const v1::CommGroup&)>;
-
-/// Runs the scheduler's "data profile" request on this rank: for each group
-/// of the request that holds the rank, time the layer and return the
-/// entries this rank reports (see `AgentOptions::run_profile`).
-using ProfileRunner = std::function<absl::StatusOr<v1::Profile>(
-    Agent& agent, const v1::ProfileRequest& request,
-    const GroupResolver& groups)>;
-
-/// Configuration of an `Agent`. Only `scheduler_address` and `rank` are
-/// required; the defaults suit a single host.
-struct AgentOptions {
-  /// "host:port" of the dcp-scheduler. Required.
-  std::string scheduler_address;
-  /// This agent's global rank. Required, >= 0.
-  int rank = -1;
-  /// Where the agent runs, told to the scheduler for status (e.g. the host
-  /// name; empty is fine).
-  std::string host;
-  /// The local GPU index the rank drives, told to the scheduler.
-  int gpu = 0;
-  /// The world size the job was started with; the scheduler refuses a
-  /// mismatch. 0 accepts the scheduler's.
-  int world_size = 0;
-  /// The address Gloo communicators listen on and advertise to their peers.
-  std::string gloo_hostname = "127.0.0.1";
-  /// Bound on forming one communicator group (all members meeting in the
-  /// scheduler's rendezvous store and connecting) and on each of its
-  /// collectives. A group whose formation times out cannot be formed again
-  /// under the same plan, so keep it well above the time the slowest rank
-  /// can lag behind (the scheduler's look-ahead of steps).
-  absl::Duration rendezvous_timeout = absl::Seconds(120);
-  /// Steps received ahead of the caller and kept in memory; their groups are
-  /// warmed as they arrive. At least 1.
-  int prefetch_depth = 4;
-  /// How long `Start` waits for the scheduler to answer the first Register
-  /// (it may still be starting).
-  absl::Duration connect_timeout = absl::Seconds(30);
-  /// Deadline of each unary RPC (Register, ReportTimings), and how long a
-  /// report waits for its answer on the report stream.
-  absl::Duration rpc_timeout = absl::Seconds(10);
-  /// Send timing reports on one StreamReports stream (a unary call a step
-  /// costs the scheduler several times more at scale); a report the stream
-  /// cannot deliver falls back to ReportTimings. False: unary calls only.
-  bool report_stream = true;
-  /// After the plan stream breaks, how many reconnections in a row may fail
-  /// before the agent gives up (NextStep then returns UNAVAILABLE). A
-  /// reconnection that delivers a message resets the count.
-  int max_reconnect_attempts = 8;
-  /// How long `Shutdown` lets the group formations under way finish before
-  /// it cancels them: peers still connecting to a member that leaves can be
-  /// aborted by Gloo (`CommunicatorCache::Quiesce`).
-  absl::Duration shutdown_formation_grace = absl::Seconds(2);
-  /// Sleep before the first reconnection; doubles up to `max_backoff`.
-  absl::Duration initial_backoff = absl::Milliseconds(100);
-  absl::Duration max_backoff = absl::Seconds(5);
-  /// Builds a communicator of a group this rank belongs to, meeting its
-  /// peers under `prefix` in `store` (the scheduler's rendezvous store).
-  /// Empty means Gloo over TCP (`GlooCommunicator`) on `gloo_hostname` with
-  /// `rendezvous_timeout`; the NCCL path plugs in here.
-  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
-      const CommKey& key, int rank, const std::string& prefix,
-      RendezvousStoreInterface* store)>
-      make_communicator;
-  /// Runs a ProfileRequest that arrives on the plan stream, on the reader
-  /// thread (the scheduler sends no step before every rank answered, so
-  /// nothing waits behind it); the agent then sends the returned profile
-  /// with ReportProfile. `groups` forms the request's groups under their
-  /// rendezvous prefixes for the request's epoch; every member must ask for
-  /// them in the same order. Empty: requests are ignored (the scheduler
-  /// plans without this rank's profile after its timeout). A failed run or
-  /// report is counted in `AgentStats::profile_failures`. `Shutdown` waits
-  /// for a run in progress: formations end at once, a collective whose peer
-  /// is gone by `rendezvous_timeout`.
-  ProfileRunner run_profile;
-};
-
-/// What `Agent::NextStep` hands out: the rank's next step, or the end.
-struct NextStepResult {
-  /// The step, when `drained` is false.
-  v1::RankStep step;
-  /// True when the job is drained: no step follows the caller's last one.
-  bool drained = false;
-};
-
-/// Counters of an agent since it started.
-struct AgentStats {
-  /// RankSteps received on plan streams and queued.
-  int64_t steps_received = 0;
-  /// RankSteps handed out by NextStep (a repeated hand-out counts once).
-  int64_t steps_delivered = 0;
-  /// RankSteps dropped as stale: (epoch, step) not newer than one already
-  /// received or delivered, or skipped by the caller's `after_step`.
-  int64_t stale_dropped = 0;
-  /// Plan streams reopened after a break.
-  int64_t reconnects = 0;
-  /// Timing reports the scheduler took, and of those the ones it took over
-  /// a ReportTimings call after the report stream could not deliver them.
-  int64_t reports_sent = 0;
-  int64_t report_fallbacks = 0;
-  /// Profile requests run and reported, and those that failed (run or
-  /// report).
-  int64_t profiles_sent = 0;
-  int64_t profile_failures = 0;
-  /// Of the communicator cache: groups served formed, groups formed on
-  /// demand, groups formed ahead of use, failed formations, groups held.
-  int64_t cache_hits = 0;
-  int64_t cache_misses = 0;
-  int64_t groups_warmed = 0;
-  int64_t group_failures = 0;
-  int64_t groups_live = 0;
-};
+class PlanReader;
+class ProfileResponder;
+class Registration;
+class ReportSender;
+class StepMailbox;
 
 /// The per-rank agent of a dcp job: registers the rank with the
 /// dcp-scheduler, receives the rank's plans on a background stream, forms
@@ -169,6 +53,12 @@ struct AgentStats {
 /// or the scheduler restarted (new session), NextStep returns the error.
 /// After the scheduler's drain marker the reader ends and NextStep reports
 /// `drained` once the queue is empty.
+///
+/// The agent only wires its parts: `Registration` (the Register calls),
+/// `PlanReader` (the stream's thread) filling a `StepMailbox` (what
+/// NextStep hands out), `ReportSender` (stream or unary reports),
+/// `ProfileResponder` and the `CommunicatorCache`. Every time read and wait
+/// of theirs is on `AgentOptions::clock`.
 ///
 /// Thread-safety: all methods may be called from any thread. `NextStep` is
 /// meant for one consumer (the training loop); `NextStepAsync` for the gRPC
@@ -262,8 +152,11 @@ class Agent {
 
   /// The scheduler's answer to the first registration (session, world size,
   /// model).
-  const v1::RegisterResponse& registration() const { return registration_; }
+  const v1::RegisterResponse& registration() const;
   int rank() const { return options_.rank; }
+  /// The clock the agent reads and waits on (`AgentOptions::clock`, or the
+  /// system clock).
+  Clock* clock() const { return clock_; }
 
   /// Stops the stream, fails pending and later NextStep calls with
   /// UNAVAILABLE and aborts the communicators (collectives in flight fail
@@ -272,109 +165,41 @@ class Agent {
   void Shutdown();
 
  private:
-  struct Waiter {
-    int64_t after_step = 0;
-    absl::Time deadline;
-    NextStepCallback done;
-  };
-
   explicit Agent(AgentOptions options);
 
-  absl::StatusOr<v1::RegisterResponse> Register(absl::Duration timeout,
-                                                bool wait_for_ready);
-  void ReaderLoop();
-  /// Reads one stream until it ends; returns its status and whether any
-  /// message arrived.
-  absl::Status ReadStream(int64_t from_step, bool* got_message);
-  void HandleStep(v1::RankStep step);
-  /// Runs `request` with `run_profile` and reports it; failures are counted
-  /// (the scheduler's timeout covers a rank that does not answer).
-  void HandleProfile(const v1::ProfileRequest& request);
-  /// Sends a profile, retrying UNAVAILABLE / DEADLINE_EXCEEDED a few times.
-  absl::Status SendProfile(const v1::ProfileReport& report);
-  /// The open report stream, opened now if there is none or it ended; null
-  /// after `Shutdown` or with `report_stream` off.
-  std::shared_ptr<ReportStream> CurrentReportStream() ABSL_LOCKS_EXCLUDED(mu_);
-  /// Sends `report` on the report stream and waits up to `rpc_timeout` for
-  /// its answer: OK (taken, or ALREADY_EXISTS), an INVALID_ARGUMENT
-  /// rejection, or nullopt when ReportTimings should take over (no stream,
-  /// the stream ended, no answer in time, any other answer).
-  std::optional<absl::Status> ReportOnStream(const v1::TimingReport& report);
-  /// What a report stream's answer means for the caller: OK (taken, or
-  /// ALREADY_EXISTS; counted in `reports_sent`), an INVALID_ARGUMENT
-  /// rejection naming the step, or nullopt when ReportTimings should take
-  /// over.
-  std::optional<absl::Status> SettleStreamAnswer(const absl::Status& answer,
-                                                 int64_t step)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  /// Registers for the first time, waiting up to `connect_timeout`.
+  absl::Status RegisterFirst();
+  /// The scheduler's store, the communicator cache over it and the plan
+  /// reader, after the first registration.
+  absl::Status StartStreams();
+  /// A communicator of this rank's for `key`, formed through the scheduler's
+  /// store.
+  absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
+      const CommKey& key, const std::string& prefix);
+  /// Queues the groups of a step just received for warm-up.
+  void WarmGroups(int64_t epoch, const std::vector<v1::CommGroup>& groups);
   /// The epoch of the last step handed out (the registration's before any):
   /// the one groups are formed for. UNAVAILABLE after `Shutdown`.
-  absl::StatusOr<int64_t> GroupEpoch() const ABSL_LOCKS_EXCLUDED(mu_);
-  /// One ReportTimings call without blocking (`ReportTimingsAsync` without
-  /// the stream).
-  void ReportUnaryAsync(const v1::TimingReport& report,
-                        std::function<void(absl::Status)> done);
-  /// Ends every report stream and waits until gRPC is done with them.
-  void CloseReportStreams() ABSL_LOCKS_EXCLUDED(mu_);
-  void WaiterLoop();
-
-  /// NextStep's answer for `after_step` if known now; drops stale steps.
-  std::optional<absl::StatusOr<NextStepResult>> TakeLocked(int64_t after_step)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ShouldWakeWaiterLoop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<int64_t> GroupEpoch() const;
 
   const AgentOptions options_;
+  Clock* const clock_;
   std::shared_ptr<grpc::ChannelInterface> channel_;
   struct Stub;
   std::unique_ptr<Stub> stub_;
-  v1::RegisterResponse registration_;
+  std::unique_ptr<Registration> registration_;
+  std::unique_ptr<StepMailbox> mailbox_;
+  std::unique_ptr<ReportSender> reports_;
+  std::unique_ptr<ProfileResponder> profiles_;
   /// The scheduler's store behind an adapter that `Shutdown` cancels, so a
   /// formation waiting for peers that will not come ends at once.
-  class CancellableStore;
   std::unique_ptr<RendezvousStoreInterface> scheduler_store_;
   std::unique_ptr<CancellableStore> store_;
   std::unique_ptr<CommunicatorCache> cache_;
-
-  mutable absl::Mutex mu_;
-  /// Received, not yet handed out; ascending (epoch, step).
-  std::deque<v1::RankStep> queue_ ABSL_GUARDED_BY(mu_);
-  /// The newest (epoch, step) received; (-1, -1) before any.
-  int64_t last_epoch_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;
-  /// The last step handed out, for repeated asks and for `Group`'s epoch.
-  std::optional<v1::RankStep> delivered_ ABSL_GUARDED_BY(mu_);
-  bool drained_ ABSL_GUARDED_BY(mu_) = false;
-  /// The stream broke and the reader has not registered again yet.
-  bool reconnecting_ ABSL_GUARDED_BY(mu_) = false;
-  /// Successful registrations so far (the first one included).
-  int64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
-  bool drain_delivered_ ABSL_GUARDED_BY(mu_) = false;
-  /// Set when the stream failed for good.
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  /// The open stream's context, to cancel it on shutdown.
-  grpc::ClientContext* stream_context_ ABSL_GUARDED_BY(mu_) = nullptr;
-  /// Every report stream opened whose call may not be over yet, the
-  /// current one last.
-  std::vector<std::shared_ptr<ReportStream>> report_streams_
-      ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
-  int64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
-  /// Bumped on every new waiter so the waiter thread re-reads deadlines.
-  int64_t waiters_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t seen_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  AgentStats stats_ ABSL_GUARDED_BY(mu_);
-  /// Counts ReportTimingsAsync calls whose callback has not finished; shared
-  /// with the callbacks so it outlives the last of them.
-  struct AsyncCalls;
-  std::shared_ptr<AsyncCalls> async_calls_;
+  std::unique_ptr<PlanReader> reader_;
 
   /// Serialises `Shutdown`'s joins.
-  absl::Mutex join_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::thread reader_thread_;
-  std::thread waiter_thread_;
+  absl::Mutex join_mu_;
 };
 
 }  // namespace dcp

@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +59,7 @@
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_metrics.h"
 #include "worker_agent/agent_service.h"
+#include "worker_agent/execute_loop.h"
 #include "worker_agent/task_executor.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051",
@@ -157,18 +157,12 @@ absl::Status CheckModelFlags() {
   return absl::OkStatus();
 }
 
-/// The executor of the execute mode (and of its profile runs).
+/// The executor of a profile run.
 absl::StatusOr<std::unique_ptr<TaskExecutor>> MakeExecutor(const Agent& agent) {
   ASSIGN_OR_RETURN(ModelSpec model, ModelToRun(agent.registration().model()));
-  TaskExecutorOptions options;
-  options.rank = agent.rank();
-  options.num_heads = model.heads;
-  options.head_dim = model.hidden / model.heads;
-  options.causal = model.causal;
-  options.layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers)
-                                                   : model.layers;
-  options.token_scale = absl::GetFlag(FLAGS_token_scale);
-  return TaskExecutor::Create(options);
+  return TaskExecutor::Create(
+      ExecutorOptionsFor(model, agent.rank(), absl::GetFlag(FLAGS_layers),
+                         absl::GetFlag(FLAGS_token_scale)));
 }
 
 /// Both modes' answer to the scheduler's ProfileRequest: the executor's
@@ -203,105 +197,34 @@ absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
   return profile;
 }
 
-/// Execute mode's gradient sync: an all-reduce of `gradient` over the
-/// world's data-parallel group, after the step's tasks on every rank.
-/// Returns its wall time.
-absl::StatusOr<double> SyncGradients(Agent& agent,
-                                     std::vector<float>& gradient) {
-  ASSIGN_OR_RETURN(Communicator * world, agent.DataParallelGroup());
-  const absl::Time start = absl::Now();
-  RETURN_IF_ERROR(world->AllReduceSum(gradient.data(), gradient.size()));
-  return absl::ToDoubleSeconds(absl::Now() - start);
-}
-
-/// The gradient execute mode syncs (--sync_gradients): empty when off or in
-/// a world of one rank.
-absl::StatusOr<std::vector<float>> GradientBuffer(const Agent& agent) {
-  if (!absl::GetFlag(FLAGS_sync_gradients) ||
-      agent.registration().world_size() < 2) {
-    return std::vector<float>();
-  }
-  int64_t floats = absl::GetFlag(FLAGS_gradient_floats);
-  if (floats < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gradient_floats must be >= 0, not ", floats));
-  }
-  if (floats == 0) {
-    ASSIGN_OR_RETURN(ModelSpec model,
-                     ModelToRun(agent.registration().model()));
-    floats = std::max<int64_t>(
-        1, static_cast<int64_t>(model.TotalParams() /
-                                std::max<int64_t>(
-                                    1, absl::GetFlag(FLAGS_token_scale))));
-  }
-  constexpr int64_t kMaxFloats = int64_t{1} << 28;  // 1 GiB
-  if (floats > kMaxFloats) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the gradient sync would all-reduce ", floats,
-        " floats (over 1 GiB); raise --token_scale or set --gradient_floats"));
-  }
-  return std::vector<float>(static_cast<size_t>(floats), 1.0f);
-}
-
-/// `metrics` may be null (no --metrics_listen).
+/// Execute mode: the flags into `ExecuteLoopOptions`, then the loop
+/// (worker_agent/execute_loop.h). `metrics` may be null (no
+/// --metrics_listen).
 absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
                      AgentMetrics* metrics) {
-  ASSIGN_OR_RETURN(std::unique_ptr<TaskExecutor> executor, MakeExecutor(agent));
-  ASSIGN_OR_RETURN(std::vector<float> gradient, GradientBuffer(agent));
-
-  std::ofstream log;
-  const std::string log_path = absl::GetFlag(FLAGS_log_file);
-  if (!log_path.empty()) {
-    log.open(log_path, std::ios::app);
-    if (!log.good()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot open --log_file '", log_path, "'"));
-    }
-  }
-  const int64_t max_steps = absl::GetFlag(FLAGS_max_steps);
-  const absl::Duration step_timeout = absl::GetFlag(FLAGS_step_timeout);
-  int64_t last = -1;
-  int64_t executed = 0;
-  while (max_steps == 0 || executed < max_steps) {
-    absl::StatusOr<NextStepResult> next = agent.NextStep(last, step_timeout);
-    if (!next.ok()) {
-      if (watcher.signalled()) return absl::CancelledError("stopped by signal");
-      return next.status();
-    }
-    if (next->drained) break;
-    const v1::RankStep& step = next->step;
-    const absl::Time step_start = absl::Now();
-    ASSIGN_OR_RETURN(
-        StepExecution done,
-        executor->RunStep(step, [&agent](const v1::CommGroup& group) {
-          return agent.Group(group);
-        }));
-    if (!gradient.empty()) {
-      ASSIGN_OR_RETURN(const double sync, SyncGradients(agent, gradient));
-      done.report.set_sync_seconds(sync);
-    }
-    if (metrics != nullptr) {
-      metrics->OnStepExecuted(done, absl::Now() - step_start);
-    }
-    if (log.is_open()) {
-      log << FormatExecutionLog(step, done);
-      log.flush();
-      if (!log.good()) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot write --log_file '", log_path, "'"));
-      }
-    }
-    RETURN_IF_ERROR(agent.ReportTimings(done.report));
-    last = step.step();
-    ++executed;
-  }
+  ExecuteLoopOptions options;
+  ASSIGN_OR_RETURN(options.model, ModelToRun(agent.registration().model()));
+  options.rank = agent.rank();
+  options.world_size = agent.registration().world_size();
+  options.layers = absl::GetFlag(FLAGS_layers);
+  options.token_scale = absl::GetFlag(FLAGS_token_scale);
+  options.log_file = absl::GetFlag(FLAGS_log_file);
+  options.max_steps = absl::GetFlag(FLAGS_max_steps);
+  options.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  options.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
+  options.gradient_floats = absl::GetFlag(FLAGS_gradient_floats);
+  options.metrics = metrics;
+  options.stopped = [&watcher] { return watcher.signalled(); };
+  AgentStepSource source(&agent);
+  ASSIGN_OR_RETURN(const ExecuteSummary done, RunExecuteLoop(source, options));
   const AgentStats stats = agent.Stats();
   std::fprintf(stderr,
                "%s dcp-agent rank %d: done after %lld steps (last %lld); "
                "groups: %lld warmed, %lld cache hits, %lld misses; %lld "
                "reconnects\n",
-               Now().c_str(), agent.rank(), static_cast<long long>(executed),
-               static_cast<long long>(last),
+               Now().c_str(), agent.rank(),
+               static_cast<long long>(done.executed),
+               static_cast<long long>(done.last_step),
                static_cast<long long>(stats.groups_warmed),
                static_cast<long long>(stats.cache_hits),
                static_cast<long long>(stats.cache_misses),

@@ -76,11 +76,14 @@ AgentService::AgentService(Agent* agent, absl::Duration max_wait)
 grpc::ServerUnaryReactor* AgentService::NextStep(
     grpc::CallbackServerContext* context, const v1::NextStepRequest* request,
     v1::NextStepResponse* response) {
-  absl::Time deadline = absl::Now() + max_wait_;
+  // The client's deadline is on the system clock; what is left of it is
+  // counted from now on the agent's.
+  absl::Duration wait = max_wait_;
   const auto client_deadline = context->deadline();
   if (client_deadline != std::chrono::system_clock::time_point::max()) {
-    deadline = std::min(deadline, absl::FromChrono(client_deadline));
+    wait = std::min(wait, absl::FromChrono(client_deadline) - absl::Now());
   }
+  const absl::Time deadline = agent_->clock()->Now() + wait;
   auto* reactor = new NextStepReactor(agent_, response);
   reactor->Begin(request->after_step(), deadline);
   return reactor;

@@ -93,9 +93,9 @@ void ReportStream::OnDone(const grpc::Status& status) {
     unanswered.swap(waiting_);
     to_write_.clear();
   }
-  const absl::Status why = absl::UnavailableError(absl::StrCat(
-      "the report stream ended before the scheduler answered (",
-      status.error_code(), ": ", status.error_message(), ")"));
+  const absl::Status why = absl::UnavailableError(
+      absl::StrCat("the report stream ended before the scheduler answered (",
+                   status.error_code(), ": ", status.error_message(), ")"));
   for (Done& done : unanswered) done(why);
   // The hold is dropped before waiters are told, not after: the client
   // context keeps a reference to the channel, and an owner that destroys

@@ -1,0 +1,279 @@
+#include "scheduler/server/delivery_row.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/scheduler_service.grpc.pb.h"
+#include "scheduler/control/control_plane.h"
+#include "scheduler/planner/cost_model.h"
+#include "scheduler/server/delivery_stats.h"
+#include "scheduler/server/planned_step_log.h"
+#include "scheduler/server/scheduler_server.h"
+#include "scheduler/server/simulated_agent.h"
+
+namespace dcp::plan_delivery {
+namespace {
+
+using Stubs = std::vector<std::unique_ptr<v1::Scheduler::Stub>>;
+
+/// Each channel is a loopback TCP connection, so two sockets in this
+/// process (client and server end). Raises the soft limit on open files to
+/// the hard one when that is needed, and says what to do when even that is
+/// too low (with 1,024 channels the common default of 1,024 is).
+absl::Status EnsureFileDescriptors(int channels) {
+  const rlim_t needed = 2 * static_cast<rlim_t>(channels) + 64;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return absl::OkStatus();
+  if (limit.rlim_cur >= needed) return absl::OkStatus();
+  if (limit.rlim_max >= needed) {
+    limit.rlim_cur = needed;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--channels=", channels, " needs about ", needed,
+      " open files but the limit is ", limit.rlim_cur, " (hard ",
+      limit.rlim_max, "); raise it (ulimit -n) or use fewer --channels"));
+}
+
+// The scheduler of a row: world = agents, planning through `clock` and
+// reporting every planned step to `log`.
+SchedulerServerOptions ServerOptions(const RowConfig& config, int64_t max_steps,
+                                     PlanningClock* clock, StepLog* log) {
+  const int n = config.agents;
+  SchedulerServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.shutdown_grace = absl::Seconds(1);
+  options.stop_grace = absl::Seconds(1);
+  options.fanout_threads = config.fanout_threads;
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.lengths = *config.lengths;
+  cp.window = config.window;
+  cp.model = config.model;
+  cp.world_size = n;
+  cp.tokens_per_step = int64_t{n} * config.tokens_per_rank;
+  cp.lookahead_steps = config.lookahead_steps;
+  cp.refit_every = config.refit_every;
+  cp.max_steps = max_steps;
+  cp.clock = clock;
+  cp.on_step_planned = [log](const PlannedStepEvent& e) { log->Add(e); };
+  return options;
+}
+
+// One stub per channel, each channel its own TCP connection.
+Stubs OpenStubs(const std::string& address, int channels) {
+  Stubs stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    // Distinct arguments and a local pool: one TCP connection per channel.
+    args.SetInt("dcp.benchmark_channel", c);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(-1);
+    // The stub keeps its channel.
+    stubs.push_back(v1::Scheduler::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args)));
+  }
+  return stubs;
+}
+
+// Registers ranks 0..n-1; the session they joined.
+absl::StatusOr<std::string> RegisterAgents(int n, const Stubs& stubs) {
+  std::string session_id;
+  for (int rank = 0; rank < n; ++rank) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::RegisterRequest request;
+    request.set_rank(rank);
+    request.set_host("bench");
+    request.set_world_size(n);
+    v1::RegisterResponse response;
+    const grpc::Status status =
+        stubs[rank % stubs.size()]->Register(&context, request, &response);
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "Register of rank ", rank, " failed: ", status.error_message()));
+    }
+    session_id = response.session_id();
+  }
+  return session_id;
+}
+
+// Waits for every agent to end: drains when `max_time` is up, and cuts
+// everything off well after that.
+void AwaitAgents(const RowConfig& config, SchedulerServer& server,
+                 AgentFleet& fleet, AgentRun& run) {
+  const int n = config.agents;
+  if (run.all_done.WaitForNotificationWithTimeout(config.max_time)) return;
+  const int64_t last = server.control_plane().Drain(/*stop=*/false);
+  std::fprintf(stderr,
+               "  %d agents: --max_seconds reached, drained after step "
+               "%lld\n",
+               n, static_cast<long long>(last));
+  if (run.all_done.WaitForNotificationWithTimeout(absl::Seconds(30))) return;
+  std::fprintf(stderr,
+               "  %d agents: not done 30 s after the drain; "
+               "cancelling\n",
+               n);
+  server.Shutdown();
+  fleet.Cancel();
+  run.all_done.WaitForNotification();
+}
+
+// Per step: t0, and the first and last arrival over the agents, of the
+// steps in [first_measured, max_steps); `start` is when the agents started.
+void ReduceSteps(const std::vector<PlannedStep>& planned,
+                 const AgentFleet& fleet, int64_t first_measured,
+                 int64_t max_steps, absl::Time start, RowResult* result) {
+  std::vector<double> step_ms, agent_ms, spread_ms, plan_ms, fanout_ms;
+  std::vector<double> plan_cpu_ms, fanout_cpu_ms;
+  double tasks = 0;
+  // (step, delivery time) of every fully delivered step, for the rate.
+  std::vector<std::pair<double, double>> delivered;
+  for (const PlannedStep& p : planned) {
+    if (p.step < first_measured || p.step >= max_steps) continue;
+    if (!p.exact) ++result->inexact_t0;
+    absl::Time earliest = absl::InfiniteFuture();
+    absl::Time latest = absl::InfinitePast();
+    bool complete = true;
+    for (int rank = 0; rank < fleet.size(); ++rank) {
+      const absl::Time t = fleet.received(rank, p.step);
+      if (t == absl::InfinitePast()) {
+        complete = false;
+        continue;
+      }
+      agent_ms.push_back(absl::ToDoubleMilliseconds(t - p.planned));
+      earliest = std::min(earliest, t);
+      latest = std::max(latest, t);
+    }
+    if (!complete) {
+      ++result->incomplete_steps;
+      continue;
+    }
+    ++result->measured_steps;
+    step_ms.push_back(absl::ToDoubleMilliseconds(latest - p.planned));
+    spread_ms.push_back(absl::ToDoubleMilliseconds(latest - earliest));
+    plan_ms.push_back(absl::ToDoubleMilliseconds(p.planning_time));
+    fanout_ms.push_back(absl::ToDoubleMilliseconds(p.callback - p.planned));
+    if (p.exact) {
+      plan_cpu_ms.push_back(absl::ToDoubleMilliseconds(p.planning_cpu));
+      fanout_cpu_ms.push_back(absl::ToDoubleMilliseconds(p.fanout_cpu));
+    }
+    tasks += p.tasks;
+    delivered.emplace_back(static_cast<double>(p.step),
+                           absl::ToDoubleSeconds(latest - start));
+  }
+  result->step_p50_ms = Percentile(step_ms, 0.5);
+  result->step_p99_ms = Percentile(step_ms, 0.99);
+  result->step_max_ms = Percentile(step_ms, 1.0);
+  result->agent_p50_ms = Percentile(agent_ms, 0.5);
+  result->agent_p99_ms = Percentile(agent_ms, 0.99);
+  result->spread_p50_ms = Percentile(spread_ms, 0.5);
+  result->plan_p50_ms = Percentile(plan_ms, 0.5);
+  result->plan_p99_ms = Percentile(plan_ms, 0.99);
+  result->fanout_p50_ms = Percentile(fanout_ms, 0.5);
+  result->fanout_p99_ms = Percentile(fanout_ms, 0.99);
+  result->plan_cpu_p50_ms = Percentile(plan_cpu_ms, 0.5);
+  result->fanout_cpu_p50_ms = Percentile(fanout_cpu_ms, 0.5);
+  if (result->measured_steps > 0) {
+    result->tasks_per_step = tasks / result->measured_steps;
+  }
+  result->steps_per_s = StepsPerSecond(delivered);
+}
+
+// The load columns: the machine and this process between the samples, and
+// per planned step the agents' queue threads (`agents_cpu` CPU seconds,
+// stopped `queues`) and the rest of the process.
+void ReduceLoad(const CpuSample& start, const CpuSample& end, double agents_cpu,
+                const QueueThreads& queues, int64_t planned_steps,
+                const AgentRun& run, RowResult* result) {
+  const CpuLoad load = LoadBetween(start, end);
+  result->process_cores = load.process_cores;
+  result->machine_busy = load.machine_busy;
+  result->machine_steal = load.machine_steal;
+  result->other_cores = load.other_cores;
+  const int64_t messages = run.messages.load();
+  result->bytes_per_message =
+      messages > 0 ? static_cast<double>(run.bytes.load()) / messages : 0;
+  if (planned_steps > 0) {
+    const double steps = static_cast<double>(planned_steps);
+    result->client_ms_per_step = 1e3 * queues.BusySeconds() / steps;
+    result->agents_cpu_ms_per_step = 1e3 * agents_cpu / steps;
+    result->server_cpu_ms_per_step =
+        1e3 * (end.process_seconds - start.process_seconds - agents_cpu) /
+        steps;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
+  RETURN_IF_ERROR(EnsureFileDescriptors(config.channels));
+  const int n = config.agents;
+  const int64_t first_measured = config.lookahead_steps + config.warmup_steps;
+  const int64_t max_steps = first_measured + config.steps;
+
+  PlanningClock clock;
+  StepLog log;
+  SchedulerServerOptions options =
+      ServerOptions(config, max_steps, &clock, &log);
+  const CostModel model = CostModel::FromSpecs(options.control_plane.cluster,
+                                               options.control_plane.model, n);
+  const int gpus_per_node = options.control_plane.cluster.gpus_per_node;
+  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
+                   SchedulerServer::Start(std::move(options)));
+  const Stubs stubs = OpenStubs(server->address(), config.channels);
+
+  RowResult result;
+  result.agents = n;
+  result.ran = true;
+  const absl::Time register_start = absl::Now();
+  ASSIGN_OR_RETURN(const std::string session_id, RegisterAgents(n, stubs));
+  result.register_s = absl::ToDoubleSeconds(absl::Now() - register_start);
+
+  AgentRun run(n, max_steps, model, gpus_per_node, config.step_time,
+               config.report_stream);
+  QueueThreads queues(config.client_threads);
+  AgentFleet fleet(n, stubs, &queues, &run);
+  result.load_before = LoadAverage();
+  const CpuSample cpu_start = CpuSample::Take();
+  const double agents_cpu_start = queues.CpuSeconds();
+  fleet.Start(session_id);
+  AwaitAgents(config, *server, fleet, run);
+  const CpuSample cpu_end = CpuSample::Take();
+  const double agents_cpu = queues.CpuSeconds() - agents_cpu_start;
+  result.threads = ProcessThreads();
+  result.load_after = LoadAverage();
+  server->Shutdown();
+  queues.Stop();
+
+  result.errors = run.errors.load();
+  {
+    absl::MutexLock lock(&run.mu);
+    result.first_error = run.first_error;
+  }
+  const std::vector<PlannedStep> planned = log.Snapshot();
+  ReduceLoad(cpu_start, cpu_end, agents_cpu, queues,
+             static_cast<int64_t>(planned.size()), run, &result);
+  ReduceSteps(planned, fleet, first_measured, max_steps, cpu_start.wall,
+              &result);
+  return result;
+}
+
+}  // namespace dcp::plan_delivery

@@ -1,0 +1,123 @@
+#ifndef DCP_SCHEDULER_SERVER_SIMULATED_AGENT_H_
+#define DCP_SCHEDULER_SERVER_SIMULATED_AGENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "grpcpp/completion_queue.h"
+#include "proto/scheduler_service.grpc.pb.h"
+#include "scheduler/planner/cost_model.h"
+
+// The plan-delivery benchmark's fleet of simulated agents: each opens the
+// scheduler's StreamPlans stream over real gRPC (the async API, so that N
+// agents need no N threads), records when each step arrived and reports its
+// timings the way a worker agent does.
+namespace dcp::plan_delivery {
+
+/// What every agent of a row shares. Thread-safe.
+struct AgentRun {
+  AgentRun(int agents, int64_t max_steps, const CostModel& model,
+           int gpus_per_node, absl::Duration step_time, bool report_stream)
+      : remaining(agents),
+        max_steps(max_steps),
+        model(model),
+        gpus_per_node(gpus_per_node),
+        step_time(step_time),
+        report_stream(report_stream) {}
+
+  void AgentDone() {
+    if (remaining.fetch_sub(1) == 1) all_done.Notify();
+  }
+  void Error(const std::string& what) {
+    errors.fetch_add(1);
+    absl::MutexLock lock(&mu);
+    if (first_error.empty()) first_error = what;
+  }
+
+  std::atomic<int> remaining;
+  absl::Notification all_done;
+  const int64_t max_steps;
+  const CostModel model;
+  const int gpus_per_node;
+  const absl::Duration step_time;
+  const bool report_stream;
+  std::atomic<int64_t> errors{0};
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> messages{0};
+  absl::Mutex mu;
+  std::string first_error ABSL_GUARDED_BY(mu);
+};
+
+/// One simulated agent: a plan stream and its timing reports, all on one
+
+/// Drives completion queues on a fixed set of threads, recording how long
+/// each spent inside handlers (the simulated agents' own CPU). Every tag on
+/// the queues must be a handler of this library's agents.
+class QueueThreads {
+ public:
+  explicit QueueThreads(int threads);
+  ~QueueThreads();
+  QueueThreads(const QueueThreads&) = delete;
+  QueueThreads& operator=(const QueueThreads&) = delete;
+
+  grpc::CompletionQueue* queue(int i) { return queues_[i].get(); }
+  int size() const { return static_cast<int>(queues_.size()); }
+
+  /// Shuts the queues down and joins; every call on them must be over.
+  void Stop();
+
+  /// CPU seconds the queue threads used so far (gRPC's client work done
+  /// while polling, and the handlers), summed; before Stop.
+  double CpuSeconds() const;
+
+  /// Seconds spent in handlers, summed over threads; call after Stop.
+  double BusySeconds() const;
+
+ private:
+  void Run(int i);
+
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
+  std::vector<absl::Duration> busy_;
+  std::vector<std::thread> threads_;
+  bool stopped_ = false;
+};
+
+class Agent;
+
+/// The agents of ranks 0..N-1: rank r calls through `stubs[r % stubs.size()]`
+/// and runs on queue r % queues->size(). Not thread-safe; after `Start` the
+/// queues' threads own the agents until `AgentRun::all_done`.
+class AgentFleet {
+ public:
+  AgentFleet(int agents,
+             absl::Span<const std::unique_ptr<v1::Scheduler::Stub>> stubs,
+             QueueThreads* queues, AgentRun* run);
+  ~AgentFleet();
+  AgentFleet(const AgentFleet&) = delete;
+  AgentFleet& operator=(const AgentFleet&) = delete;
+
+  /// Opens every agent's plan stream (and report stream) in `session_id`.
+  void Start(const std::string& session_id);
+  /// Cancels every agent's calls. Thread-safe.
+  void Cancel();
+  int size() const { return static_cast<int>(agents_.size()); }
+  /// When agent `rank` received `step` (InfinitePast: never, or a step past
+  /// `AgentRun::max_steps`). Read after `AgentRun::all_done`.
+  absl::Time received(int rank, int64_t step) const;
+
+ private:
+  std::vector<std::unique_ptr<Agent>> agents_;
+};
+
+}  // namespace dcp::plan_delivery
+
+#endif  // DCP_SCHEDULER_SERVER_SIMULATED_AGENT_H_

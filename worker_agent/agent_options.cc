@@ -1,0 +1,35 @@
+#include "worker_agent/agent_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace dcp {
+
+absl::Status CheckAgentOptions(const AgentOptions& o) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("agent options: ", what));
+  };
+  if (o.scheduler_address.empty()) return bad("scheduler_address is empty");
+  if (o.rank < 0) return bad(absl::StrCat("rank must be >= 0, not ", o.rank));
+  if (o.world_size < 0) return bad("world_size must be >= 0 (0 = any)");
+  if (o.world_size > 0 && o.rank >= o.world_size) {
+    return bad(absl::StrCat("rank ", o.rank, " is outside the world of ",
+                            o.world_size));
+  }
+  if (o.prefetch_depth < 1) return bad("prefetch_depth must be at least 1");
+  if (o.max_reconnect_attempts < 0) {
+    return bad("max_reconnect_attempts must be >= 0");
+  }
+  if (o.rendezvous_timeout <= absl::ZeroDuration() ||
+      o.connect_timeout <= absl::ZeroDuration() ||
+      o.rpc_timeout <= absl::ZeroDuration() ||
+      o.initial_backoff <= absl::ZeroDuration() ||
+      o.max_backoff < o.initial_backoff) {
+    return bad(
+        "timeouts and backoffs must be positive and max_backoff >= "
+        "initial_backoff");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dcp
