@@ -39,6 +39,21 @@ absl::Status CommKey::Validate() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> CommKey::MemberRank(int global_rank, const void* store,
+                                        absl::string_view who) const {
+  if (absl::Status s = Validate(); !s.ok()) return s;
+  const int rank = GroupRank(global_rank);
+  if (rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", global_rank, " is not a member of group ", ToString()));
+  }
+  if (store == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": null rendezvous store"));
+  }
+  return rank;
+}
+
 int CommKey::GroupRank(int global_rank) const {
   auto it = std::lower_bound(ranks.begin(), ranks.end(), global_rank);
   if (it == ranks.end() || *it != global_rank) return -1;

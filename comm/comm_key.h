@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "comm/communicator.h"
 
 namespace dcp {
@@ -54,6 +55,13 @@ struct CommKey {
   /// The position of `global_rank` in `ranks` (its rank within the group),
   /// or -1 when it is not a member.
   int GroupRank(int global_rank) const;
+
+  /// What a member forming the group checks first: the key is valid,
+  /// `global_rank` is a member, and `store` (the rendezvous store it will
+  /// meet the others through) is not null. Its rank within the group, or
+  /// INVALID_ARGUMENT naming what is wrong (`who` prefixes the message).
+  absl::StatusOr<int> MemberRank(int global_rank, const void* store,
+                                 absl::string_view who) const;
 
   /// "[0,1,2]@3" ("[0,1,2]@3/dp" for a data-parallel group), for logs and
   /// error messages.

@@ -240,16 +240,10 @@ class GlooCommunicatorImpl final : public Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
     const CommKey& key, int my_global_rank, const std::string& prefix,
     RendezvousStoreInterface* store, const Options& options) {
-  if (absl::Status s = key.Validate(); !s.ok()) return s;
-  const int rank = key.GroupRank(my_global_rank);
-  if (rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", my_global_rank, " is not a member of group ", key.ToString()));
-  }
-  if (store == nullptr) {
-    return absl::InvalidArgumentError(
-        "GlooCommunicator: null rendezvous store");
-  }
+  absl::StatusOr<int> member =
+      key.MemberRank(my_global_rank, store, "GlooCommunicator");
+  if (!member.ok()) return member.status();
+  const int rank = *member;
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("GlooCommunicator: timeout must be > 0");
   }

@@ -199,17 +199,9 @@ bool NcclCommunicator::BuiltWithCuda() { return true; }
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const CommKey& key, int my_global_rank, const std::string& prefix,
     RendezvousStoreInterface* store, const Options& options) {
-  RETURN_IF_ERROR(key.Validate());
+  ASSIGN_OR_RETURN(const int rank,
+                   key.MemberRank(my_global_rank, store, "NcclCommunicator"));
   RETURN_IF_ERROR(CheckOptions(options));
-  const int rank = key.GroupRank(my_global_rank);
-  if (rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", my_global_rank, " is not a member of group ", key.ToString()));
-  }
-  if (store == nullptr) {
-    return absl::InvalidArgumentError(
-        "NcclCommunicator: null rendezvous store");
-  }
   const absl::Time deadline = absl::Now() + options.timeout;
   int device = options.device;
   if (device < 0) {
