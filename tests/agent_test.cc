@@ -427,7 +427,7 @@ TEST(AgentTest, ReportOfAnotherRankIsRefused) {
   EXPECT_THAT(status.message(), HasSubstr("not been planned"));
 }
 
-TEST(AgentTest, FormsGroupsAheadAndHandsOutUsableCommunicators) {
+TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
   auto server = StartServer(ServerOptions(2, 2, 2));
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<Agent>> agents(2);
