@@ -42,6 +42,14 @@ def _system_library_impl(ctx):
             includes.append(local)
             hdr_globs.append(local + "/**")
 
+    # Include folders and defines of libraries without a pkg-config file.
+    for path in ctx.attr.extra_includes:
+        local = "include_%d" % len(includes)
+        ctx.symlink(path, local)
+        includes.append(local)
+        hdr_globs.append(local + "/**")
+    defines += ctx.attr.extra_defines
+
     linkopts = [lib for lib in libs if lib]
     linkopts += ctx.attr.extra_linkopts
 
@@ -69,6 +77,8 @@ system_library = repository_rule(
         "modules": attr.string_list(default = []),
         "required_headers": attr.string_list(default = []),
         "extra_linkopts": attr.string_list(default = []),
+        "extra_includes": attr.string_list(default = []),
+        "extra_defines": attr.string_list(default = []),
     },
     environ = ["PKG_CONFIG_PATH"],
     local = True,

@@ -23,9 +23,9 @@ rules=(
   "//scheduler/eval/..."
   "the daemon and the control plane link no evaluation code (simulator, baselines)"
 
-  "$(delivered '//worker_agent/... + //client_lib/... + //comm/... + //kernels/...')"
+  "$(delivered '//worker_agent/... + //client_lib/... + //comm/... + //kernels/... + //train/...')"
   "//scheduler/..."
-  "the agent, the client and their communicators speak the wire schema, never the scheduler's code"
+  "the agent, the client, the trainer and their communicators speak the wire schema, never the scheduler's code"
 
   "$(delivered '//scheduler/planner/... + //scheduler/lengths/...')"
   "//scheduler/control/... + //scheduler/server/... + //scheduler/eval/... + @grpc//..."

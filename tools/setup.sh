@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages dcp needs; installs nothing that is already
 # there, so it is cheap to run before every build.
 #
-#   tools/setup.sh              # what `bazel build/test //...` needs
+#   tools/setup.sh              # what `bazel build/test //...` needs (all groups)
 #   tools/setup.sh build [...]  # the same, by group name
 #
 # Runs as root, or through sudo otherwise. Prints nothing when everything is
@@ -23,10 +23,13 @@ declare -A PACKAGE_GROUPS=(
            nlohmann-json3-dev libgloo-dev
            libcivetweb-dev prometheus curl
            git ca-certificates"
+  # libtorch (CPU, with c10d's Gloo process group) for the training path:
+  # the model, sequence parallelism and the trainer under train/.
+  [train]="libtorch-dev"
 )
 
 usage() {
-  echo "usage: $0 [group...]   (groups: ${!PACKAGE_GROUPS[*]}; default: build)" >&2
+  echo "usage: $0 [group...]   (groups: ${!PACKAGE_GROUPS[*]}; default: all)" >&2
   exit 2
 }
 
@@ -37,7 +40,7 @@ installed() {
 
 main() {
   local groups=("$@")
-  ((${#groups[@]})) || groups=(build)
+  ((${#groups[@]})) || groups=(build train)
 
   local group pkg missing=()
   for group in "${groups[@]}"; do

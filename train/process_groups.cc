@@ -1,0 +1,281 @@
+#include "train/process_groups.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "c10/util/Exception.h"
+#include "gloo/common/error.h"
+#include "torch/csrc/distributed/c10d/PrefixStore.hpp"
+#include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
+#include "torch/csrc/distributed/c10d/exception.h"
+#include "train/c10d_store.h"
+
+namespace dcp {
+namespace {
+
+std::chrono::milliseconds ToMillis(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// A ProcessGroupGloo that can be aborted: 1.13's has no abort, but its
+// contexts are reachable from a subclass, and closing their pairs fails the
+// peers' collectives at once instead of after their timeout.
+class AbortableProcessGroupGloo final : public c10d::ProcessGroupGloo {
+ public:
+  using c10d::ProcessGroupGloo::ProcessGroupGloo;
+
+  void Abort() {
+    for (const std::shared_ptr<::gloo::Context>& context : contexts_) {
+      try {
+        context->closeConnections();
+      } catch (const std::exception&) {
+        // A pair already broken has nothing left to close.
+      }
+    }
+  }
+};
+
+// Message and code of an exception thrown while forming a group.
+absl::Status FromException(const std::exception& e) {
+  if (dynamic_cast<const c10d::TimeoutError*>(&e) != nullptr) {
+    return absl::DeadlineExceededError(e.what());
+  }
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
+    return absl::InternalError(c10->what_without_backtrace());
+  }
+  if (dynamic_cast<const gloo::IoException*>(&e) != nullptr) {
+    const std::string lower = absl::AsciiStrToLower(e.what());
+    if (absl::StrContains(lower, "timeout") ||
+        absl::StrContains(lower, "timed out")) {
+      return absl::DeadlineExceededError(e.what());
+    }
+    return absl::UnavailableError(e.what());
+  }
+  return absl::InternalError(e.what());
+}
+
+void IgnoreSigpipeIfDefault() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
+}  // namespace
+
+struct ProcessGroups::Group {
+  c10::intrusive_ptr<AbortableProcessGroupGloo> process_group;
+};
+
+struct ProcessGroups::Device {
+  std::shared_ptr<::gloo::transport::Device> device;
+};
+
+absl::StatusOr<std::unique_ptr<ProcessGroups>> ProcessGroups::Create(
+    RendezvousStoreInterface* store, Options options) {
+  if (store == nullptr) {
+    return absl::InvalidArgumentError("ProcessGroups: null rendezvous store");
+  }
+  if (options.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProcessGroups: rank ", options.rank, " is negative"));
+  }
+  if (options.timeout <= absl::ZeroDuration() || options.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ProcessGroups: the timeout must be positive and threads at least 1, "
+        "not ",
+        absl::FormatDuration(options.timeout), " and ", options.threads));
+  }
+  auto device = std::make_unique<Device>();
+  try {
+    device->device =
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("ProcessGroups: no Gloo device on '", options.hostname,
+                     "': ", FromException(e).message()));
+  }
+  if (options.clock == nullptr) options.clock = RealClock::Default();
+  if (options.ignore_sigpipe) IgnoreSigpipeIfDefault();
+  return absl::WrapUnique(
+      new ProcessGroups(store, std::move(options), std::move(device)));
+}
+
+ProcessGroups::ProcessGroups(RendezvousStoreInterface* store, Options options,
+                             std::unique_ptr<Device> device)
+    : store_(store), options_(std::move(options)), device_(std::move(device)) {}
+
+ProcessGroups::~ProcessGroups() {
+  AbortAll();
+  absl::flat_hash_map<CommKey, Entry> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    entries.swap(entries_);
+  }
+  // Destroyed here, without the lock: each joins its worker threads.
+}
+
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Get(
+    const CommKey& key, const std::string& prefix) {
+  if (absl::Status s = key.Validate(); !s.ok()) return s;
+  if (key.GroupRank(options_.rank) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", options_.rank, " is not a member of group ", key.ToString()));
+  }
+  if (prefix.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", key.ToString(),
+                     " has no rendezvous prefix: plans must come from a "
+                     "scheduler (CommGroup.rendezvous_prefix)"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      if (aborted_) {
+        return absl::AbortedError(
+            absl::StrCat("group ", key.ToString(), ": the groups are aborted"));
+      }
+      if (key.epoch < min_epoch_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("group ", key.ToString(), ": epochs before ",
+                         min_epoch_, " are evicted"));
+      }
+      auto it = entries_.find(key);
+      if (it == entries_.end()) break;
+      if (!it->second.forming) return it->second.group->process_group.get();
+      // Another thread forms it: wait for that formation to end.
+      auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto found = entries_.find(key);
+        return aborted_ || found == entries_.end() || !found->second.forming;
+      };
+      mu_.Await(absl::Condition(&settled));
+    }
+    entries_[key].forming = true;
+  }
+
+  absl::StatusOr<std::unique_ptr<Group>> formed = Form(key, prefix);
+
+  std::unique_ptr<Group> discard;  // Destroyed after the lock is released.
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (!formed.ok()) {
+    entries_.erase(it);
+    return formed.status();
+  }
+  if (aborted_ || key.epoch < min_epoch_) {
+    (*formed)->process_group->Abort();
+    discard = *std::move(formed);
+    entries_.erase(it);
+    if (aborted_) {
+      return absl::AbortedError(absl::StrCat(
+          "group ", key.ToString(), ": aborted while it was being formed"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("group ", key.ToString(),
+                     ": its epoch was evicted while it was being formed"));
+  }
+  it->second.forming = false;
+  it->second.group = *std::move(formed);
+  return it->second.group->process_group.get();
+}
+
+absl::StatusOr<std::unique_ptr<ProcessGroups::Group>> ProcessGroups::Form(
+    const CommKey& key, const std::string& prefix) {
+  const int group_rank = key.GroupRank(options_.rank);
+  const int size = static_cast<int>(key.ranks.size());
+  const std::string where =
+      absl::StrCat(absl::StripSuffix(prefix, "/"), "/c10d");
+  C10dRendezvousStore::Options store_options;
+  store_options.timeout = options_.timeout;
+  store_options.deadline = options_.clock->Now() + options_.timeout;
+  store_options.clock = options_.clock;
+  absl::StatusOr<c10::intrusive_ptr<C10dRendezvousStore>> store =
+      C10dRendezvousStore::Create(store_, store_options);
+  if (!store.ok()) return store.status();
+
+  auto gloo_options =
+      c10d::ProcessGroupGloo::Options::create(ToMillis(options_.timeout));
+  gloo_options->devices = {device_->device};
+  gloo_options->threads = options_.threads;
+  auto group = std::make_unique<Group>();
+  try {
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(where, *store);
+    group->process_group = c10::make_intrusive<AbortableProcessGroupGloo>(
+        prefixed, group_rank, size, gloo_options);
+    return group;
+  } catch (const std::exception& e) {
+    // The store's own status says best what went wrong (which keys are
+    // missing); Gloo's exception is the fallback.
+    absl::Status cause = (*store)->last_error();
+    if (cause.ok()) cause = FromException(e);
+    return absl::Status(
+        cause.code(),
+        absl::StrCat("forming c10d group ", key.ToString(), " as its rank ",
+                     group_rank, " (global ", options_.rank, ") under '", where,
+                     "': ", cause.message()));
+  }
+}
+
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::DataParallel(
+    int world_size, int64_t epoch, const std::string& prefix) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data-parallel group of ", world_size, " ranks"));
+  }
+  std::vector<int> ranks(world_size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  absl::StatusOr<CommKey> key =
+      CommKey::Make(std::move(ranks), epoch, CommPurpose::kDataParallel);
+  if (!key.ok()) return key.status();
+  return Get(*key, prefix);
+}
+
+void ProcessGroups::AbortAll() {
+  absl::MutexLock lock(&mu_);
+  aborted_ = true;
+  for (auto& [key, entry] : entries_) {
+    if (entry.group != nullptr) entry.group->process_group->Abort();
+  }
+}
+
+int ProcessGroups::EvictBefore(int64_t epoch) {
+  std::vector<std::unique_ptr<Group>> evicted;
+  {
+    absl::MutexLock lock(&mu_);
+    min_epoch_ = std::max(min_epoch_, epoch);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->first.epoch < epoch && !it->second.forming) {
+        evicted.push_back(std::move(it->second.group));
+        entries_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return static_cast<int>(evicted.size());
+}
+
+int ProcessGroups::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(entries_.size());
+}
+
+}  // namespace dcp

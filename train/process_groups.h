@@ -1,0 +1,152 @@
+#ifndef DCP_TRAIN_PROCESS_GROUPS_H_
+#define DCP_TRAIN_PROCESS_GROUPS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "comm/comm_key.h"
+#include "comm/rendezvous_store.h"
+#include "common/clock.h"
+
+namespace c10d {
+class ProcessGroup;
+}  // namespace c10d
+
+namespace dcp {
+
+/// Forms, caches and owns the c10d process groups (ProcessGroupGloo, CPU)
+/// of one rank, keyed by `CommKey`: the sequence-parallel group of each
+/// task a plan gives the rank, and the data-parallel group of the world.
+/// Torch code runs its collectives on them like on any c10d group.
+///
+/// Only a group's members form it: each meets the others under the plan's
+/// `CommGroup.rendezvous_prefix` (keys "<prefix>/c10d/...", through a
+/// c10d::PrefixStore over a `C10dRendezvousStore`), so groups of disjoint
+/// ranks form concurrently and the ranks outside a group never hear of it.
+/// Members must ask for their shared groups in the same order (the plan
+/// fixes it). A formation is bound as a whole by `timeout`: a member that
+/// never arrives makes the others' `Get` return DEADLINE_EXCEEDED naming the
+/// group, the prefix and the keys still missing. A failed formation is not
+/// cached; forming the group again needs a new prefix (keys are write-once).
+///
+/// Thread-safe: concurrent `Get`s of one key form it once (the others wait
+/// for that formation); formations run without the lock held. Pointers
+/// returned stay valid until the group is evicted or the cache destroyed;
+/// a torch API that wants shared ownership can take
+/// `c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning`
+/// of one, which keeps the object alive but not usable past `AbortAll`.
+///
+/// Lifecycle: `AbortAll()` closes every connection of every group held (a
+/// peer failed: collectives in flight on the peers fail at once, this rank's
+/// own within their timeout) and refuses them from then on; `EvictBefore(e)`
+/// destroys the groups of epochs before `e`; the destructor aborts and
+/// destroys every group. No `Get` may be in flight when it runs.
+///
+///   ProcessGroups::Options options;
+///   options.rank = my_rank;
+///   ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroups> groups,
+///                    ProcessGroups::Create(&store, options));
+///   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(task.group_ranks, epoch));
+///   ASSIGN_OR_RETURN(c10d::ProcessGroup* sp,
+///                    groups->Get(key, task.rendezvous_prefix));
+///   sp->allreduce(tensors)->wait();
+class ProcessGroups {
+ public:
+  struct Options {
+    /// This process's global rank. Required (>= 0).
+    int rank = -1;
+    /// Address this rank's Gloo device listens on and advertises; the
+    /// loopback default suits tests and single-node runs.
+    std::string hostname = "127.0.0.1";
+    /// Bound on forming a group and on each of its collectives
+    /// (ProcessGroupGloo's timeout). Positive.
+    absl::Duration timeout = absl::Seconds(60);
+    /// Worker threads of each ProcessGroupGloo. At least 1.
+    int threads = 2;
+    /// What formation deadlines are measured on; null: the system clock.
+    /// Not owned.
+    Clock* clock = nullptr;
+    /// Have `Create` ignore SIGPIPE process-wide if its disposition is still
+    /// the default. Gloo writes to its sockets without MSG_NOSIGNAL and
+    /// relies on the signal being ignored (CPython ignores it at start-up);
+    /// in a C++ process a peer that aborted or died would otherwise kill
+    /// this one with SIGPIPE instead of failing its collectives. A handler
+    /// the process installed itself is left alone.
+    bool ignore_sigpipe = true;
+  };
+
+  /// A cache for `options.rank` whose groups meet through `store` (not
+  /// owned; it must outlive the cache). INVALID_ARGUMENT for bad options or
+  /// a null store; UNAVAILABLE when the Gloo device cannot be created on
+  /// `hostname`.
+  static absl::StatusOr<std::unique_ptr<ProcessGroups>> Create(
+      RendezvousStoreInterface* store, Options options);
+
+  ~ProcessGroups();
+  ProcessGroups(const ProcessGroups&) = delete;
+  ProcessGroups& operator=(const ProcessGroups&) = delete;
+
+  /// The group `key`, formed under `prefix` on first use; blocks until
+  /// every member has asked for it, or the timeout. INVALID_ARGUMENT for a
+  /// malformed key, a key this rank is not in, or an empty prefix;
+  /// FAILED_PRECONDITION for an evicted epoch; ABORTED after `AbortAll`;
+  /// DEADLINE_EXCEEDED (a member did not arrive) or UNAVAILABLE (a
+  /// connection failed) from the formation, naming the group.
+  absl::StatusOr<c10d::ProcessGroup*> Get(const CommKey& key,
+                                          const std::string& prefix);
+
+  /// The data-parallel group of a world of `world_size` ranks in `epoch`
+  /// (purpose kDataParallel: never taken for a sequence-parallel group of
+  /// the same ranks), formed under `prefix`.
+  absl::StatusOr<c10d::ProcessGroup*> DataParallel(int world_size,
+                                                   int64_t epoch,
+                                                   const std::string& prefix);
+
+  /// Closes the connections of every group held and refuses further Gets.
+  void AbortAll();
+
+  /// Destroys the groups of epochs before `epoch` and refuses those epochs
+  /// from now on; returns how many it destroyed. The caller must not be
+  /// running collectives on them.
+  int EvictBefore(int64_t epoch);
+
+  /// Groups held (formed), and formations under way.
+  int size() const;
+
+  int rank() const { return options_.rank; }
+
+ private:
+  struct Group;
+  struct Device;
+  struct Entry {
+    bool forming = true;
+    std::unique_ptr<Group> group;  // Set once formed.
+  };
+
+  ProcessGroups(RendezvousStoreInterface* store, Options options,
+                std::unique_ptr<Device> device);
+
+  // Builds the group of `key` under `prefix` (no lock held).
+  absl::StatusOr<std::unique_ptr<Group>> Form(const CommKey& key,
+                                              const std::string& prefix);
+
+  RendezvousStoreInterface* const store_;
+  const Options options_;
+  const std::unique_ptr<Device> device_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<CommKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  int64_t min_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dcp
+
+#endif  // DCP_TRAIN_PROCESS_GROUPS_H_

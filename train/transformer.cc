@@ -1,0 +1,548 @@
+#include "train/transformer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "train/checkpoint.h"
+#include "train/sequence_layout.h"
+#include "train/ulysses.h"
+
+namespace dcp::train {
+
+struct LayerWeights {
+  at::Tensor attn_norm, wq, wk, wv, wo;
+  at::Tensor mlp_norm, w_gate, w_up, w_down;
+
+  std::vector<at::Tensor> All() const {
+    return {attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down};
+  }
+};
+
+// Weights use the nn::Linear layout [out, in]. Decoder: `input` is the token
+// embedding [vocab, hidden] and `head` the LM head [vocab, hidden]; DiT:
+// `input` is the input projection [hidden, features] (+ input_bias) and
+// `head` the output projection [features, hidden] (+ head_bias).
+struct TransformerWeights {
+  torch::nn::Module module;
+  std::vector<LayerWeights> layers;
+  at::Tensor input, input_bias, final_norm, head, head_bias;
+};
+
+namespace {
+
+// Carries a Status through torch code (layer functions, autograd) that can
+// only throw; Run turns it back into the Status.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(absl::Status status)
+      : std::runtime_error(status.ToString()), status_(std::move(status)) {}
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+at::Tensor OrThrow(absl::StatusOr<at::Tensor> tensor) {
+  if (!tensor.ok()) throw StatusError(tensor.status());
+  return *std::move(tensor);
+}
+
+// What every layer of one Run reads besides its weights. Shared with the
+// checkpointed layers' closures, which the backward pass runs after Run.
+struct RunContext {
+  TransformerOptions options;
+  HeadLayout heads;
+  std::vector<int64_t> cu_seqlens;
+  int64_t total_tokens = 0;
+  at::Tensor cos, sin;  // [shard_tokens, 1, head_dim / 2]
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+};
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+}
+
+// Rotates the two halves of each head's dimensions by the token's angles.
+at::Tensor Rope(const at::Tensor& x, const RunContext& c) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * c.cos - x2 * c.sin, x2 * c.cos + x1 * c.sin}, -1);
+}
+
+// Attention over the whole padded pack for this rank's heads: q [S, h, d],
+// k, v [S, e, d] with h a multiple of e. Block-diagonal per sample; padding
+// rows come out zero and are read by no one.
+at::Tensor VarlenAttention(const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, const RunContext& c) {
+  const int64_t group = q.size(1) / k.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  std::vector<at::Tensor> pieces;
+  for (size_t s = 0; s + 1 < c.cu_seqlens.size(); ++s) {
+    const int64_t begin = c.cu_seqlens[s];
+    const int64_t len = c.cu_seqlens[s + 1] - begin;
+    at::Tensor qs = q.narrow(0, begin, len).transpose(0, 1);  // [h, L, d]
+    at::Tensor ks = k.narrow(0, begin, len).transpose(0, 1);  // [e, L, d]
+    at::Tensor vs = v.narrow(0, begin, len).transpose(0, 1);
+    if (group > 1) {
+      ks = ks.repeat_interleave(group, 0);
+      vs = vs.repeat_interleave(group, 0);
+    }
+    at::Tensor scores = at::matmul(qs, ks.transpose(1, 2)) * scale;
+    if (c.options.model.causal) {
+      at::Tensor future = at::ones({len, len}, q.options().dtype(at::kBool))
+                              .triu(/*diagonal=*/1);
+      scores =
+          scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+    }
+    pieces.push_back(at::matmul(at::softmax(scores, -1), vs).transpose(0, 1));
+  }
+  const int64_t padding = q.size(0) - c.total_tokens;
+  if (padding > 0) {
+    pieces.push_back(at::zeros({padding, q.size(1), q.size(2)}, q.options()));
+  }
+  return at::cat(pieces, 0);
+}
+
+// Ulysses attention on the rank's shard x [s/p, hidden]: project and rotate
+// on the shard, one all-to-all of q, k, v together to head-sharded, attention
+// over the whole sequence, one all-to-all back.
+at::Tensor Attention(const LayerWeights& w, const RunContext& c,
+                     const at::Tensor& x) {
+  const HeadLayout& hl = c.heads;
+  const int64_t s_local = x.size(0), p = hl.group_size;
+  const int64_t d = c.options.model.hidden / hl.heads;
+  at::Tensor q = Rope(at::linear(x, w.wq).view({s_local, hl.heads, d}), c);
+  at::Tensor k = Rope(at::linear(x, w.wk).view({s_local, hl.kv_heads, d}), c);
+  at::Tensor v = at::linear(x, w.wv).view({s_local, hl.kv_heads, d});
+  if (hl.kv_replication > 1) {
+    k = k.repeat_interleave(hl.kv_replication, 1);
+    v = v.repeat_interleave(hl.kv_replication, 1);
+  }
+  // Lay out, per destination rank, its query heads then its kv heads.
+  const int64_t h = hl.local_heads(), e = hl.local_kv_heads();
+  at::Tensor qkv =
+      at::cat({q.reshape({s_local, p, h, d}), k.reshape({s_local, p, e, d}),
+               v.reshape({s_local, p, e, d})},
+              2)
+          .reshape({s_local, p * (h + 2 * e), d});
+  at::Tensor full = OrThrow(SequenceToHeads(qkv, c.group));  // [S, h+2e, d]
+  at::Tensor out = VarlenAttention(full.narrow(1, 0, h), full.narrow(1, h, e),
+                                   full.narrow(1, h + e, e), c);
+  out = OrThrow(HeadsToSequence(out, c.group));  // [s/p, heads, d]
+  return at::linear(out.reshape({s_local, hl.heads * d}), w.wo);
+}
+
+at::Tensor Mlp(const LayerWeights& w, const at::Tensor& x) {
+  return at::linear(at::silu(at::linear(x, w.w_gate)) * at::linear(x, w.w_up),
+                    w.w_down);
+}
+
+at::Tensor LayerForward(const LayerWeights& w, const RunContext& c,
+                        const at::Tensor& x) {
+  const double eps = c.options.norm_eps;
+  at::Tensor h = x + Attention(w, c, RmsNorm(x, w.attn_norm, eps));
+  return h + Mlp(w, RmsNorm(h, w.mlp_norm, eps));
+}
+
+// Draws in float64 from `gen` so that weights do not depend on dtype.
+at::Tensor Normal(at::Generator& gen, std::vector<int64_t> shape, double std,
+                  at::ScalarType dtype) {
+  return (at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * std)
+      .to(dtype);
+}
+
+std::unique_ptr<TransformerWeights> InitWeights(const TransformerOptions& o) {
+  const ModelSpec& m = o.model;
+  const int64_t d = m.hidden / m.heads;
+  const int64_t features = o.feature_dim > 0 ? o.feature_dim : m.hidden;
+  const double in_std = 1.0 / std::sqrt(static_cast<double>(m.hidden));
+  const double out_std = in_std / std::sqrt(2.0 * m.layers);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  auto w = std::make_unique<TransformerWeights>();
+  auto ones = [&](int64_t n) { return at::ones({n}, at::dtype(o.dtype)); };
+  auto zeros = [&](int64_t n) { return at::zeros({n}, at::dtype(o.dtype)); };
+  torch::nn::Module& root = w->module;
+  if (m.causal) {
+    w->input = root.register_parameter(
+        "embed", Normal(gen, {m.vocab, m.hidden}, 1.0, o.dtype));
+  } else {
+    w->input = root.register_parameter(
+        "input_proj",
+        Normal(gen, {m.hidden, features},
+               1.0 / std::sqrt(static_cast<double>(features)), o.dtype));
+    w->input_bias = root.register_parameter("input_bias", zeros(m.hidden));
+  }
+  auto layers =
+      root.register_module("layers", std::make_shared<torch::nn::Module>());
+  const double ffn_std =
+      1.0 / std::sqrt(static_cast<double>(m.ffn)) / std::sqrt(2.0 * m.layers);
+  for (int l = 0; l < m.layers; ++l) {
+    auto layer = layers->register_module(std::to_string(l),
+                                         std::make_shared<torch::nn::Module>());
+    auto param = [&](const char* name, at::Tensor t) {
+      return layer->register_parameter(name, std::move(t));
+    };
+    LayerWeights lw;
+    lw.attn_norm = param("attn_norm", ones(m.hidden));
+    lw.wq = param("wq", Normal(gen, {m.heads * d, m.hidden}, in_std, o.dtype));
+    lw.wk =
+        param("wk", Normal(gen, {m.kv_heads * d, m.hidden}, in_std, o.dtype));
+    lw.wv =
+        param("wv", Normal(gen, {m.kv_heads * d, m.hidden}, in_std, o.dtype));
+    lw.wo = param("wo", Normal(gen, {m.hidden, m.heads * d}, out_std, o.dtype));
+    lw.mlp_norm = param("mlp_norm", ones(m.hidden));
+    lw.w_gate =
+        param("w_gate", Normal(gen, {m.ffn, m.hidden}, in_std, o.dtype));
+    lw.w_up = param("w_up", Normal(gen, {m.ffn, m.hidden}, in_std, o.dtype));
+    lw.w_down =
+        param("w_down", Normal(gen, {m.hidden, m.ffn}, ffn_std, o.dtype));
+    w->layers.push_back(std::move(lw));
+  }
+  w->final_norm = root.register_parameter("final_norm", ones(m.hidden));
+  const int64_t out_dim = m.causal ? m.vocab : features;
+  w->head = root.register_parameter(
+      m.causal ? "lm_head" : "output_proj",
+      Normal(gen, {out_dim, m.hidden}, in_std, o.dtype));
+  if (!m.causal)
+    w->head_bias = root.register_parameter("output_bias", zeros(out_dim));
+  return w;
+}
+
+}  // namespace
+
+namespace {
+
+int64_t Features(const TransformerOptions& o) {
+  return o.feature_dim > 0 ? o.feature_dim : o.model.hidden;
+}
+
+// Checks one tensor of a shard or task: `rows` rows, int64 token ids below
+// vocab (decoder, real rows only) or [rows, features] in the model dtype.
+absl::Status CheckTokens(const TransformerOptions& o, const at::Tensor& t,
+                         const char* what, int64_t rows, int64_t real_rows) {
+  if (!t.defined())
+    return absl::InvalidArgumentError(absl::StrCat(what, " is undefined"));
+  if (o.model.causal) {
+    if (t.scalar_type() != at::kLong || t.dim() != 1 || t.size(0) != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " must be int64 token ids of shape [", rows, "], got ",
+          c10::toString(t.scalar_type()), " ", c10::str(t.sizes())));
+    }
+    if (real_rows > 0) {
+      at::Tensor real = t.narrow(0, 0, real_rows);
+      const int64_t lo = real.min().item<int64_t>();
+      const int64_t hi = real.max().item<int64_t>();
+      if (lo < 0 || hi >= o.model.vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " holds token ids in [", lo, ", ", hi,
+                         "], outside the vocabulary [0, ", o.model.vocab, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (t.scalar_type() != o.dtype || t.dim() != 2 || t.size(0) != rows ||
+      t.size(1) != Features(o)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be ", c10::toString(o.dtype),
+                     " features of shape [", rows, ", ", Features(o), "], got ",
+                     c10::toString(t.scalar_type()), " ", c10::str(t.sizes())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPlanFields(const TransformerOptions& o, int num_samples,
+                             const std::vector<double>& loss_weights,
+                             double recompute_ratio) {
+  if (static_cast<int>(loss_weights.size()) != num_samples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the task has ", num_samples, " samples but ",
+                     loss_weights.size(), " loss weights"));
+  }
+  for (double w : loss_weights) {
+    if (!std::isfinite(w)) {
+      return absl::InvalidArgumentError("loss weights must be finite");
+    }
+  }
+  if (!(recompute_ratio >= 0.0 && recompute_ratio <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "recompute ratio must lie in [0, 1], got ", recompute_ratio));
+  }
+  return absl::OkStatus();
+}
+
+// Zero rows appended to a shard's tensor (decoder: token 0).
+at::Tensor PadRows(const at::Tensor& t, int64_t rows) {
+  if (rows == 0) return t;
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  shape[0] = rows;
+  return at::cat({t, at::zeros(shape, t.options())}, 0);
+}
+
+// Rotary angles of the shard's tokens: [shard_tokens, 1, head_dim / 2].
+std::pair<at::Tensor, at::Tensor> RotaryTables(const TransformerOptions& o,
+                                               const PackLayout& layout,
+                                               int rank) {
+  const int64_t half = o.model.hidden / o.model.heads / 2;
+  const std::vector<int64_t> positions = layout.ShardPositions(rank);
+  at::Tensor pos = at::tensor(positions, at::kLong).to(at::kDouble);
+  at::Tensor inv_freq = at::pow(
+      o.rope_theta, -at::arange(half, at::kDouble) / static_cast<double>(half));
+  at::Tensor angles = at::outer(pos, inv_freq).unsqueeze(1);
+  return {angles.cos().to(o.dtype), angles.sin().to(o.dtype)};
+}
+
+// The weights' forward pass over the rank's shard, then the losses of its
+// real tokens (see TaskResult for the convention).
+TaskResult Forward(const TransformerWeights& w, const TaskShard& shard,
+                   const PackLayout& layout, int rank,
+                   std::shared_ptr<const RunContext> context) {
+  const TransformerOptions& o = context->options;
+  const int64_t rows = layout.shard_tokens();
+  const int64_t real = layout.RealTokensInShard(rank);
+  // Padding rows are replaced so that whatever the caller left there (huge
+  // values, NaN) never reaches an op.
+  at::Tensor x = PadRows(shard.inputs.narrow(0, 0, real), rows - real);
+  x = o.model.causal ? w.input.index_select(0, x)
+                     : at::linear(x, w.input, w.input_bias);
+  const int checkpointed =
+      static_cast<int>(std::lround(shard.recompute_ratio * o.model.layers));
+  for (int l = 0; l < o.model.layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    if (l < checkpointed) {
+      x = OrThrow(Checkpoint(
+          [lw, context](const at::Tensor& in) {
+            return LayerForward(lw, *context, in);
+          },
+          x, lw.All()));
+    } else {
+      x = LayerForward(lw, *context, x);
+    }
+  }
+  TaskResult result;
+  result.output =
+      at::linear(RmsNorm(x, w.final_norm, o.norm_eps), w.head, w.head_bias);
+  at::Tensor out = result.output.narrow(0, 0, real);
+  at::Tensor target = shard.targets.narrow(0, 0, real);
+  if (o.model.causal) {
+    result.token_loss =
+        -at::log_softmax(out, -1).gather(1, target.unsqueeze(1)).squeeze(1);
+  } else {
+    result.token_loss = (out - target).pow(2).mean(-1);
+  }
+  // weight / length of each real token's sample.
+  std::vector<double> scale;
+  scale.reserve(real);
+  for (int s : layout.ShardSampleIds(rank)) {
+    scale.push_back(shard.loss_weights[s] /
+                    static_cast<double>(layout.SampleLength(s)));
+  }
+  at::Tensor token_scale = at::tensor(scale, at::kDouble).to(o.dtype);
+  result.loss = (result.token_loss * token_scale).sum();
+  return result;
+}
+
+struct CheckedShard {
+  HeadLayout heads;
+  PackLayout layout;
+};
+
+// This rank's own checks of its shard.
+absl::StatusOr<CheckedShard> CheckShard(const TransformerOptions& o,
+                                        const TaskShard& shard, int p,
+                                        int rank) {
+  ASSIGN_OR_RETURN(HeadLayout heads,
+                   HeadLayout::Create(o.model.heads, o.model.kv_heads, p));
+  if (!shard.inputs.defined() || shard.inputs.dim() < 1 ||
+      shard.inputs.size(0) == 0) {
+    return absl::InvalidArgumentError("shard inputs are undefined or empty");
+  }
+  ASSIGN_OR_RETURN(PackLayout layout, PackLayout::Create(shard.cu_seqlens, p,
+                                                         shard.inputs.size(0)));
+  RETURN_IF_ERROR(CheckPlanFields(o, layout.num_samples(), shard.loss_weights,
+                                  shard.recompute_ratio));
+  const int64_t rows = layout.shard_tokens();
+  const int64_t real = layout.RealTokensInShard(rank);
+  try {
+    RETURN_IF_ERROR(CheckTokens(o, shard.inputs, "shard inputs", rows, real));
+    RETURN_IF_ERROR(CheckTokens(o, shard.targets, "shard targets", rows, real));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checking the shard failed: ", e.what()));
+  }
+  return CheckedShard{heads, std::move(layout)};
+}
+
+// A rank that refuses its shard must not leave its peers waiting in the
+// first all-to-all, so the group agrees (one small all-reduce) on whether
+// every rank accepted and on the shard and pack sizes before any exchange.
+absl::Status AgreeOnShard(const absl::Status& local, const TaskShard& shard,
+                          const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  if (!group || group->getSize() == 1) return local;
+  const int64_t rows = shard.inputs.defined() && shard.inputs.dim() >= 1
+                           ? shard.inputs.size(0)
+                           : -1;
+  const int64_t total = shard.cu_seqlens.empty() ? -1 : shard.cu_seqlens.back();
+  // MIN of [ok, rows, -rows, total, -total] gives min and max of each.
+  std::vector<at::Tensor> votes = {
+      at::tensor({int64_t{local.ok()}, rows, -rows, total, -total}, at::kLong)};
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MIN;
+    group->allreduce(votes, options)->wait();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "agreeing on the task over the sequence-parallel group of ",
+        group->getSize(), " failed: ", e.what()));
+  }
+  if (!local.ok()) return local;
+  const auto v = votes[0].accessor<int64_t, 1>();
+  if (v[0] == 0) {
+    return absl::AbortedError(
+        absl::StrCat("another rank of the sequence-parallel group of ",
+                     group->getSize(), " refused its shard of this task"));
+  }
+  if (v[1] != -v[2] || v[3] != -v[4]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ranks of the sequence-parallel group disagree on the task: shard "
+        "rows from ",
+        v[1], " to ", -v[2], ", packed tokens from ", v[3], " to ", -v[4]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TaskShard> ShardTask(const PackedTask& task, int group_size,
+                                    int rank) {
+  ASSIGN_OR_RETURN(PackLayout layout,
+                   PackLayout::Create(task.cu_seqlens, group_size));
+  if (rank < 0 || rank >= group_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside a group of ", group_size));
+  }
+  const int64_t total = layout.total_tokens();
+  for (const at::Tensor* t : {&task.inputs, &task.targets}) {
+    if (!t->defined() || t->dim() < 1 || t->size(0) != total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task inputs and targets must have ", total,
+                       " rows (cu_seqlens.back())"));
+    }
+  }
+  const int64_t real = layout.RealTokensInShard(rank);
+  const int64_t begin = std::min(layout.ShardBegin(rank), total);
+  const int64_t padding = layout.shard_tokens() - real;
+  TaskShard shard;
+  shard.cu_seqlens = task.cu_seqlens;
+  shard.loss_weights = task.loss_weights;
+  shard.recompute_ratio = task.recompute_ratio;
+  shard.inputs = PadRows(task.inputs.narrow(0, begin, real), padding);
+  shard.targets = PadRows(task.targets.narrow(0, begin, real), padding);
+  return shard;
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(
+    const TransformerOptions& options) {
+  RETURN_IF_ERROR(ValidateModelSpec(options.model));
+  const ModelSpec& m = options.model;
+  if (m.hidden % m.heads != 0 || (m.hidden / m.heads) % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden (", m.hidden, ") / heads (", m.heads,
+                     ") must be an even head dimension for rotary positions"));
+  }
+  if (m.causal && m.vocab <= 0) {
+    return absl::InvalidArgumentError("a decoder needs vocab > 0");
+  }
+  if (options.dtype != at::kFloat && options.dtype != at::kDouble) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype must be float32 or float64, got ",
+                     c10::toString(options.dtype)));
+  }
+  if (options.feature_dim < 0) {
+    return absl::InvalidArgumentError("feature_dim must be >= 0");
+  }
+  try {
+    return std::unique_ptr<Transformer>(
+        new Transformer(options, InitWeights(options)));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("initializing the transformer failed: ", e.what()));
+  }
+}
+
+Transformer::Transformer(TransformerOptions options,
+                         std::unique_ptr<TransformerWeights> weights)
+    : options_(std::move(options)), weights_(std::move(weights)) {}
+
+Transformer::~Transformer() = default;
+
+absl::StatusOr<TaskResult> Transformer::Run(
+    const TaskShard& shard,
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group) const {
+  const int p = group ? group->getSize() : 1;
+  const int rank = group ? group->getRank() : 0;
+  absl::StatusOr<CheckedShard> checked = CheckShard(options_, shard, p, rank);
+  RETURN_IF_ERROR(AgreeOnShard(checked.status(), shard, group));
+  try {
+    auto context = std::make_shared<RunContext>();
+    context->options = options_;
+    context->heads = checked->heads;
+    context->cu_seqlens = checked->layout.cu_seqlens();
+    context->total_tokens = checked->layout.total_tokens();
+    std::tie(context->cos, context->sin) =
+        RotaryTables(options_, checked->layout, rank);
+    context->group = group;
+    return Forward(*weights_, shard, checked->layout, rank, std::move(context));
+  } catch (const StatusError& e) {
+    return e.status();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("transformer forward failed: ",
+                                            e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("transformer forward failed: ", e.what()));
+  }
+}
+
+std::vector<at::Tensor> Transformer::parameters() const {
+  return weights_->module.parameters();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Transformer::named_parameters()
+    const {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : weights_->module.named_parameters()) {
+    named.emplace_back(item.key(), item.value());
+  }
+  return named;
+}
+
+torch::nn::Module& Transformer::module() const { return weights_->module; }
+
+absl::Status Backward(const at::Tensor& loss) {
+  if (!loss.defined() || loss.numel() != 1) {
+    return absl::InvalidArgumentError("Backward needs a scalar loss");
+  }
+  try {
+    loss.backward();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("backward pass failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("backward pass failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dcp::train
