@@ -1,0 +1,166 @@
+#ifndef DCP_TRAIN_TRAINER_H_
+#define DCP_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ATen/core/Tensor.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "proto/plan.pb.h"
+#include "train/corpus.h"
+#include "train/process_groups.h"
+#include "train/rank_plan.h"
+#include "train/transformer.h"
+
+namespace torch::optim {
+class AdamW;
+}  // namespace torch::optim
+
+namespace dcp::train {
+
+/// torch::optim::AdamW's coefficients (its defaults, but weight decay).
+struct AdamWCoefficients {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+/// What a RankTrainer is: the model, the data, the optimizer, and where the
+/// rank sits in the data-parallel world. Plain value type.
+struct RankTrainerOptions {
+  TransformerOptions model;
+  /// The decoder needs corpus.vocab <= model.vocab; the DiT variant needs
+  /// corpus.feature_dim equal to the model's features.
+  SyntheticCorpus::Options corpus;
+  AdamWCoefficients optimizer;
+  /// Ranks of the data-parallel world (>= 1) and this one's global rank.
+  int world_size = 1;
+  int rank = 0;
+  /// The scheduler's session: the world's gradient all-reduce meets under
+  /// "<session_id>/e<epoch>/dp", as dcp's agents do. Required when
+  /// world_size > 1.
+  std::string session_id;
+  /// What `StepStats.seconds` is measured on; null: the system clock. Not
+  /// owned.
+  Clock* clock = nullptr;
+};
+
+/// What one step did, as every rank of the world sees it.
+struct StepStats {
+  int64_t step = 0;
+  /// The step's loss over the global batch: sum over every task and sample
+  /// of loss_weight * mean token loss (with the derived weights, the mean
+  /// over every token of the step). The same on every rank.
+  double loss = 0;
+  /// L2 norm of the world's summed gradient before the optimizer step. The
+  /// same on every rank.
+  double grad_norm = 0;
+  /// Real tokens the world ran in the step.
+  int64_t tokens = 0;
+  /// Wall time of the step on this rank.
+  double seconds = 0;
+};
+
+struct StepOptions {
+  /// Keep a copy of the summed gradients (after the world's all-reduce,
+  /// before the optimizer step) for `gradients()`.
+  bool keep_gradients = false;
+};
+
+/// Trains one rank of a dcp job: runs the rank's part of each step's plan
+/// (its tasks in micro-step order, Ulysses sequence-parallel over each
+/// task's group), sums the gradients over the data-parallel world and takes
+/// one AdamW step, so that every rank ends the step with the same
+/// parameters, those a single process would have reached on the whole batch
+/// (`ReferenceStep`).
+///
+/// Failure is collective: a rank that cannot run a task (a sample the corpus
+/// cannot make, wrong-size weights, a group size that does not divide the
+/// heads) still takes its part in that task's first collective and in
+/// every later task of its own, refusing them, so that its peers fail at
+/// once instead of waiting; every rank then learns in the world's
+/// agreement all-reduce that the step failed, and none takes the optimizer
+/// step. Each returns an error naming its rank, the step and the task.
+/// Peers that never arrive fail within the groups' timeout.
+///
+/// Thread-compatible: one Step at a time. `groups` is not owned and must
+/// outlive the trainer; null for a world of one.
+///
+///   ASSIGN_OR_RETURN(auto trainer, RankTrainer::Create(options, groups));
+///   ASSIGN_OR_RETURN(RankPlan mine, RankPlanFromRankStep(update.step()));
+///   ASSIGN_OR_RETURN(StepStats stats, trainer->Step(mine));
+class RankTrainer {
+ public:
+  /// INVALID_ARGUMENT for a bad model, a corpus that does not fit it, a
+  /// rank outside the world, or a world of more than one rank without
+  /// groups or a session; also when `groups` belongs to another rank.
+  static absl::StatusOr<std::unique_ptr<RankTrainer>> Create(
+      RankTrainerOptions options, ProcessGroups* groups);
+
+  ~RankTrainer();
+  RankTrainer(const RankTrainer&) = delete;
+  RankTrainer& operator=(const RankTrainer&) = delete;
+
+  /// Runs this rank's part of a step and takes the optimizer step (see the
+  /// class comment). Every rank of the world must call it with its own plan
+  /// of the same step, including ranks with no task. INVALID_ARGUMENT for
+  /// a plan this rank cannot run, ABORTED when another rank could not run
+  /// its part, DEADLINE_EXCEEDED / UNAVAILABLE when a peer is missing; the
+  /// parameters are then unchanged and the gradients cleared.
+  absl::StatusOr<StepStats> Step(const RankPlan& plan,
+                                 const StepOptions& options = {});
+
+  /// The whole step in this process: every task run whole (a group of one),
+  /// with the plan's loss weights (or the same derived ones), then the same
+  /// optimizer step. What `Step` on every rank of a world must equal. Needs
+  /// no groups and communicates with no one.
+  absl::StatusOr<StepStats> ReferenceStep(const v1::StepPlan& plan,
+                                          const StepOptions& options = {});
+
+  /// The summed gradients of the last step with `keep_gradients`, parallel
+  /// to `model().named_parameters()`; empty otherwise.
+  const std::vector<at::Tensor>& gradients() const { return gradients_; }
+
+  const Transformer& model() const { return *model_; }
+  const RankTrainerOptions& options() const { return options_; }
+
+ private:
+  struct TaskOutcome;
+
+  RankTrainer(RankTrainerOptions options, std::unique_ptr<Transformer> model,
+              ProcessGroups* groups);
+
+  // Step over `plan`; `world` is the data-parallel group (null: this
+  // process holds the whole batch).
+  absl::StatusOr<StepStats> RunStep(const RankPlan& plan,
+                                    c10d::ProcessGroup* world,
+                                    const StepOptions& options);
+  // Runs (forward, backward) one task, or refuses it when `refuse`.
+  absl::Status RunTask(const RankPlan& plan, const RankTask& task, bool refuse,
+                       TaskOutcome& outcome);
+  // The task's inputs and targets for this rank's shard.
+  absl::StatusOr<PackedTask> Materialise(const RankPlan& plan,
+                                         const RankTask& task) const;
+  // Sums gradients and stats over `world`, takes the optimizer step.
+  absl::StatusOr<StepStats> Finish(const RankPlan& plan,
+                                   c10d::ProcessGroup* world, double loss,
+                                   int64_t tokens, const StepOptions& options);
+  void ZeroGradients();
+
+  const RankTrainerOptions options_;
+  const std::unique_ptr<Transformer> model_;
+  ProcessGroups* const groups_;
+  const SyntheticCorpus corpus_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<at::Tensor> gradients_;
+};
+
+}  // namespace dcp::train
+
+#endif  // DCP_TRAIN_TRAINER_H_

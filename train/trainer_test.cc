@@ -1,0 +1,380 @@
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "comm/rendezvous_store.h"
+#include "common/model_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/plan.pb.h"
+#include "train/corpus.h"
+#include "train/process_groups.h"
+#include "train/rank_plan.h"
+#include "train/transformer.h"
+
+namespace dcp::train {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr int64_t kStep = 3;
+
+RankTrainerOptions Options(int world, int rank) {
+  RankTrainerOptions o;
+  o.model.model.name = "tiny";
+  o.model.model.layers = 2;
+  o.model.model.hidden = 32;
+  o.model.model.heads = 4;
+  o.model.model.kv_heads = 2;
+  o.model.model.ffn = 64;
+  o.model.model.vocab = 16;
+  o.model.model.causal = true;
+  o.model.dtype = at::kDouble;
+  o.model.seed = 3;
+  o.corpus.vocab = 16;
+  o.corpus.max_length = 64;
+  o.world_size = world;
+  o.rank = rank;
+  o.session_id = "sess";
+  return o;
+}
+
+std::unique_ptr<RankTrainer> MakeTrainer(const RankTrainerOptions& options,
+                                         ProcessGroups* groups = nullptr) {
+  absl::StatusOr<std::unique_ptr<RankTrainer>> trainer =
+      RankTrainer::Create(options, groups);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? *std::move(trainer) : nullptr;
+}
+
+struct TaskSpec {
+  std::vector<int> ranks;
+  std::vector<int64_t> samples;
+  std::vector<int64_t> lengths;
+  double recompute = 0;
+};
+
+// A plan as a scheduler would send it (one group per distinct rank set).
+v1::StepPlan MakePlan(const std::vector<TaskSpec>& tasks) {
+  v1::StepPlan plan;
+  plan.set_step(kStep);
+  int64_t total = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    v1::Task& task = *plan.add_tasks();
+    task.set_task_index(static_cast<int32_t>(t));
+    for (int r : tasks[t].ranks) task.add_ranks(r);
+    for (size_t i = 0; i < tasks[t].samples.size(); ++i) {
+      task.add_samples(tasks[t].samples[i]);
+      task.add_lengths(tasks[t].lengths[i]);
+      total += tasks[t].lengths[i];
+    }
+    task.set_recompute(tasks[t].recompute);
+    if (tasks[t].ranks.size() > 1) {
+      v1::CommGroup& group = *plan.add_groups();
+      group.set_id(plan.groups_size());
+      for (int r : tasks[t].ranks) group.add_ranks(r);
+      group.set_rendezvous_prefix(absl::StrCat("sess/e0/g", t));
+      task.set_group_id(group.id());
+    }
+  }
+  plan.set_total_tokens(total);
+  return plan;
+}
+
+RankPlan PlanOf(const v1::StepPlan& plan, int rank) {
+  absl::StatusOr<RankPlan> mine = RankPlanFromStep(plan, rank);
+  EXPECT_TRUE(mine.ok()) << mine.status();
+  return mine.ok() ? *std::move(mine) : RankPlan();
+}
+
+std::vector<at::Tensor> Snapshot(const RankTrainer& trainer) {
+  std::vector<at::Tensor> copies;
+  for (const at::Tensor& p : trainer.model().parameters()) {
+    copies.push_back(p.detach().clone());
+  }
+  return copies;
+}
+
+double MaxRelative(const std::vector<at::Tensor>& a,
+                   const std::vector<at::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double scale = b[i].abs().max().item<double>();
+    const double diff = (a[i] - b[i]).abs().max().item<double>();
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return worst;
+}
+
+bool Equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!at::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+const std::vector<TaskSpec> kLocalTasks = {
+    {{0}, {4, 9}, {7, 5}, 1.0},
+    {{0}, {2}, {11}, 0.5},
+};
+
+TEST(RankTrainerTest, StepOfAWorldOfOneIsTheReferenceStep) {
+  const v1::StepPlan plan = MakePlan(kLocalTasks);
+  std::unique_ptr<RankTrainer> a = MakeTrainer(Options(1, 0));
+  std::unique_ptr<RankTrainer> b = MakeTrainer(Options(1, 0));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  StepOptions keep;
+  keep.keep_gradients = true;
+  absl::StatusOr<StepStats> sa = a->Step(PlanOf(plan, 0), keep);
+  absl::StatusOr<StepStats> sb = b->ReferenceStep(plan, keep);
+  ASSERT_TRUE(sa.ok()) << sa.status();
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_TRUE(Equal(a->gradients(), b->gradients()));
+  EXPECT_TRUE(Equal(Snapshot(*a), Snapshot(*b)));
+  EXPECT_EQ(sa->loss, sb->loss);
+  EXPECT_EQ(sa->grad_norm, sb->grad_norm);
+  EXPECT_EQ(sa->step, kStep);
+  EXPECT_EQ(sa->tokens, 7 + 5 + 11);
+}
+
+// With derived weights (length / step tokens) the step's loss is the mean
+// over every token of the step, and grad_norm the gradients' norm.
+TEST(RankTrainerTest, LossIsTheTokenMeanOfTheStep) {
+  const RankTrainerOptions options = Options(1, 0);
+  std::unique_ptr<RankTrainer> trainer = MakeTrainer(options);
+  ASSERT_NE(trainer, nullptr);
+  absl::StatusOr<std::unique_ptr<Transformer>> model =
+      Transformer::Create(options.model);
+  ASSERT_TRUE(model.ok()) << model.status();
+  SyntheticCorpus corpus(options.corpus);
+  double token_loss_sum = 0;
+  int64_t tokens = 0;
+  for (const TaskSpec& task : kLocalTasks) {
+    for (size_t i = 0; i < task.samples.size(); ++i) {
+      absl::StatusOr<TokenSample> s =
+          corpus.Tokens(task.samples[i], task.lengths[i]);
+      ASSERT_TRUE(s.ok()) << s.status();
+      PackedTask packed;
+      packed.cu_seqlens = {0, task.lengths[i]};
+      packed.loss_weights = {1.0};
+      packed.inputs =
+          at::tensor(std::vector<int64_t>(s->inputs.begin(), s->inputs.end()));
+      packed.targets = at::tensor(
+          std::vector<int64_t>(s->targets.begin(), s->targets.end()));
+      absl::StatusOr<TaskShard> shard = ShardTask(packed, 1, 0);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      absl::StatusOr<TaskResult> result = (*model)->Run(*shard);
+      ASSERT_TRUE(result.ok()) << result.status();
+      token_loss_sum += result->token_loss.sum().item<double>();
+      tokens += task.lengths[i];
+    }
+  }
+  StepOptions keep;
+  keep.keep_gradients = true;
+  absl::StatusOr<StepStats> stats =
+      trainer->ReferenceStep(MakePlan(kLocalTasks), keep);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_NEAR(stats->loss, token_loss_sum / tokens, 1e-12);
+  double squares = 0;
+  for (const at::Tensor& g : trainer->gradients()) {
+    squares += g.pow(2).sum().item<double>();
+  }
+  EXPECT_NEAR(stats->grad_norm, std::sqrt(squares), 1e-12);
+}
+
+TEST(RankTrainerTest, StepMovesTheParametersAndClearsTheGradients) {
+  std::unique_ptr<RankTrainer> trainer = MakeTrainer(Options(1, 0));
+  ASSERT_NE(trainer, nullptr);
+  const std::vector<at::Tensor> before = Snapshot(*trainer);
+  ASSERT_TRUE(trainer->Step(PlanOf(MakePlan(kLocalTasks), 0)).ok());
+  EXPECT_GT(MaxRelative(Snapshot(*trainer), before), 1e-4);
+  EXPECT_TRUE(trainer->gradients().empty());
+  for (const at::Tensor& p : trainer->model().parameters()) {
+    EXPECT_FALSE(p.grad().defined());
+  }
+}
+
+// A plan the trainer cannot run fails naming rank, step and task, and leaves
+// the parameters as they were.
+TEST(RankTrainerTest, UnrunnablePlansFailNamingRankStepAndTask) {
+  std::unique_ptr<RankTrainer> trainer = MakeTrainer(Options(1, 0));
+  ASSERT_NE(trainer, nullptr);
+  const std::vector<at::Tensor> before = Snapshot(*trainer);
+
+  // Longer than the corpus's max_length (64).
+  RankPlan too_long =
+      PlanOf(MakePlan({{{0}, {1}, {5}, 0}, {{0}, {2}, {65}, 0}}), 0);
+  absl::Status status = trainer->Step(too_long).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("rank 0, step 3"), HasSubstr("task 1"),
+                    HasSubstr("sample 2")));
+
+  RankPlan weights = PlanOf(MakePlan(kLocalTasks), 0);
+  weights.tasks[0].loss_weights = {0.5};  // Two samples.
+  weights.tasks[1].loss_weights = {0.5};
+  status = trainer->Step(weights).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("task 0"), HasSubstr("1 loss weights")));
+
+  RankPlan no_total = PlanOf(MakePlan(kLocalTasks), 0);
+  no_total.step_tokens = 0;
+  status = trainer->Step(no_total).status();
+  EXPECT_THAT(std::string(status.message()), HasSubstr("no loss weights"));
+
+  RankPlan other = PlanOf(MakePlan(kLocalTasks), 0);
+  other.rank = 1;
+  EXPECT_EQ(trainer->Step(other).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A group of two needs process groups.
+  v1::StepPlan shared = MakePlan({{{0, 1}, {1}, {8}, 0}});
+  status = trainer->ReferenceStep(shared).status();
+  EXPECT_TRUE(status.ok()) << status;  // The reference runs it whole.
+  const std::vector<at::Tensor> after_reference = Snapshot(*trainer);
+  status = trainer->Step(PlanOf(shared, 0)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("task 0"));
+
+  EXPECT_FALSE(Equal(after_reference, before));
+  EXPECT_TRUE(Equal(Snapshot(*trainer), after_reference));
+  for (const at::Tensor& p : trainer->model().parameters()) {
+    EXPECT_FALSE(p.grad().defined());
+  }
+}
+
+TEST(RankTrainerTest, CreateRefusesWhatCannotTrain) {
+  EXPECT_FALSE(RankTrainer::Create(Options(2, 2), nullptr).ok());
+  EXPECT_FALSE(RankTrainer::Create(Options(2, 0), nullptr).ok());
+  RankTrainerOptions big_vocab = Options(1, 0);
+  big_vocab.corpus.vocab = 17;
+  EXPECT_THAT(
+      std::string(RankTrainer::Create(big_vocab, nullptr).status().message()),
+      HasSubstr("vocabulary"));
+  RankTrainerOptions bad_lr = Options(1, 0);
+  bad_lr.optimizer.lr = -1;
+  EXPECT_FALSE(RankTrainer::Create(bad_lr, nullptr).ok());
+}
+
+// Two ranks as threads over Gloo and an in-memory store.
+class TwoRanksTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ProcessGroups> Groups(int rank, absl::Duration timeout) {
+    ProcessGroups::Options options;
+    options.rank = rank;
+    options.timeout = timeout;
+    absl::StatusOr<std::unique_ptr<ProcessGroups>> groups =
+        ProcessGroups::Create(&store_, options);
+    EXPECT_TRUE(groups.ok()) << groups.status();
+    return groups.ok() ? *std::move(groups) : nullptr;
+  }
+
+  // Each rank's Step of `plan`, run concurrently.
+  std::vector<absl::StatusOr<StepStats>> RunBoth(
+      const v1::StepPlan& plan, std::vector<std::unique_ptr<RankTrainer>>& t) {
+    std::vector<absl::StatusOr<StepStats>> stats(2, absl::UnknownError(""));
+    std::vector<std::thread> threads;
+    StepOptions keep;
+    keep.keep_gradients = true;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back(
+          [&, r] { stats[r] = t[r]->Step(PlanOf(plan, r), keep); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return stats;
+  }
+
+  InMemoryRendezvousStore store_;
+};
+
+TEST_F(TwoRanksTest, StepMatchesTheReference) {
+  std::vector<std::unique_ptr<ProcessGroups>> groups;
+  std::vector<std::unique_ptr<RankTrainer>> trainers;
+  for (int r = 0; r < 2; ++r) {
+    groups.push_back(Groups(r, absl::Seconds(60)));
+    ASSERT_NE(groups.back(), nullptr);
+    trainers.push_back(MakeTrainer(Options(2, r), groups.back().get()));
+    ASSERT_NE(trainers.back(), nullptr);
+  }
+  // A pack of 13 over two ranks, then a task of rank 1 alone.
+  const v1::StepPlan plan =
+      MakePlan({{{0, 1}, {1, 2}, {6, 7}, 0.5}, {{1}, {3}, {9}, 0}});
+  std::vector<absl::StatusOr<StepStats>> stats = RunBoth(plan, trainers);
+  ASSERT_TRUE(stats[0].ok()) << stats[0].status();
+  ASSERT_TRUE(stats[1].ok()) << stats[1].status();
+  std::unique_ptr<RankTrainer> reference = MakeTrainer(Options(1, 0));
+  StepOptions keep;
+  keep.keep_gradients = true;
+  absl::StatusOr<StepStats> want = reference->ReferenceStep(plan, keep);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(MaxRelative(trainers[r]->gradients(), reference->gradients()),
+              1e-12);
+    EXPECT_LE(MaxRelative(Snapshot(*trainers[r]), Snapshot(*reference)), 1e-12);
+    EXPECT_NEAR(stats[r]->loss, want->loss, 1e-12);
+    EXPECT_EQ(stats[r]->tokens, 22);
+  }
+  EXPECT_TRUE(Equal(Snapshot(*trainers[0]), Snapshot(*trainers[1])));
+  EXPECT_EQ(stats[0]->loss, stats[1]->loss);
+  EXPECT_EQ(stats[0]->grad_norm, stats[1]->grad_norm);
+}
+
+// Rank 1 cannot make its half of the shared task: it refuses the task in the
+// group's first collective, so rank 0 fails at once too; both name
+// themselves, the step and the task.
+TEST_F(TwoRanksTest, ARankThatCannotRunItsShardFailsBoth) {
+  std::vector<std::unique_ptr<ProcessGroups>> groups;
+  std::vector<std::unique_ptr<RankTrainer>> trainers;
+  for (int r = 0; r < 2; ++r) {
+    groups.push_back(Groups(r, absl::Seconds(60)));
+    ASSERT_NE(groups.back(), nullptr);
+    trainers.push_back(MakeTrainer(Options(2, r), groups.back().get()));
+    ASSERT_NE(trainers.back(), nullptr);
+  }
+  // Rank 1's half of the pack is sample -2, which the corpus has not;
+  // rank 0 then runs a task of its own.
+  const v1::StepPlan plan =
+      MakePlan({{{0, 1}, {1, -2}, {6, 6}, 0}, {{0}, {3}, {9}, 0}});
+  const absl::Time start = absl::Now();
+  std::vector<absl::StatusOr<StepStats>> stats = RunBoth(plan, trainers);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ(stats[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(stats[1].status().message()),
+              AllOf(HasSubstr("rank 1, step 3"), HasSubstr("task 0"),
+                    HasSubstr("sample -2")));
+  EXPECT_EQ(stats[0].status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(stats[0].status().message()),
+              AllOf(HasSubstr("rank 0, step 3"), HasSubstr("task 0")));
+}
+
+TEST_F(TwoRanksTest, APeerThatNeverArrivesIsADeadline) {
+  std::unique_ptr<ProcessGroups> groups = Groups(0, absl::Seconds(1));
+  ASSERT_NE(groups, nullptr);
+  std::unique_ptr<RankTrainer> trainer =
+      MakeTrainer(Options(2, 0), groups.get());
+  ASSERT_NE(trainer, nullptr);
+  const absl::Time start = absl::Now();
+  absl::Status status =
+      trainer->Step(PlanOf(MakePlan({{{0}, {1}, {5}, 0}}), 0)).status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 0, step 3"));
+}
+
+}  // namespace
+}  // namespace dcp::train
