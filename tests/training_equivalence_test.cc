@@ -8,8 +8,6 @@
 // folder; the parent compares. Every case runs in float64 (epoch 0) and
 // float32 (epoch 1) in the same rank processes.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,16 +33,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "comm/scheduler_rendezvous_store.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/plan.pb.h"
 #include "scheduler/server/scheduler_server.h"
 #include "tests/child_process.h"
+#include "tests/rank_processes.h"
 #include "torch/optim/adamw.h"
-#include "train/process_groups.h"
 #include "train/rank_plan.h"
 #include "train/trainer.h"
 #include "train/transformer.h"
@@ -249,19 +245,8 @@ int RankMain(const std::vector<std::string>& args) {
   if (!c.ok() || !absl::SimpleAtoi(args[1], &rank)) return 2;
   const std::string& out = args[3];
   at::set_num_threads(1);
-  SchedulerRendezvousStore::Options store_options;
-  store_options.session_id = kSession;
-  absl::StatusOr<std::unique_ptr<SchedulerRendezvousStore>> store =
-      SchedulerRendezvousStore::Create(
-          grpc::CreateChannel(args[2], grpc::InsecureChannelCredentials()),
-          store_options);
-  ProcessGroups::Options group_options;
-  group_options.rank = rank;
-  group_options.timeout = kGroupTimeout;
-  absl::StatusOr<std::unique_ptr<ProcessGroups>> groups =
-      store.ok()
-          ? ProcessGroups::Create(store->get(), group_options)
-          : absl::StatusOr<std::unique_ptr<ProcessGroups>>(store.status());
+  absl::StatusOr<testing_ranks::RankGroups> groups =
+      testing_ranks::ConnectRankGroups(args[2], kSession, rank, kGroupTimeout);
   if (!groups.ok()) {
     std::cerr << groups.status() << "\n";
     return 2;
@@ -269,7 +254,7 @@ int RankMain(const std::vector<std::string>& args) {
   for (const Dtype& dtype : kDtypes) {
     const std::string base = absl::StrCat(out, "/", dtype.name, ".rank", rank);
     absl::StatusOr<std::unique_ptr<RankTrainer>> trainer = RankTrainer::Create(
-        TrainerOptions(*c, dtype.type, rank), groups->get());
+        TrainerOptions(*c, dtype.type, rank), groups->groups.get());
     absl::StatusOr<RankPlan> plan =
         RankPlanFromStep(MakePlan(*c, dtype.epoch), rank);
     if (!trainer.ok() || !plan.ok()) {
@@ -301,28 +286,9 @@ int RankMain(const std::vector<std::string>& args) {
 
 // ---- The parent ----------------------------------------------------------
 
-std::string SelfPath() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  return n > 0 ? std::string(path, n) : "";
-}
-
 std::unique_ptr<SchedulerServer> StartServer(int world) {
-  SchedulerServerOptions options;
-  ControlPlaneOptions& cp = options.control_plane;
-  cp.lengths = std::vector<int32_t>(64, 1024);
-  cp.window = 4096;
-  absl::StatusOr<ModelSpec> model = BuiltinModel("llama3-8b");
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return nullptr;
-  cp.model = *model;
-  cp.world_size = world;
-  cp.tokens_per_step = 8192;
-  cp.session_id = kSession;
-  cp.start_planner_thread = false;  // Only the store is used.
-  options.shutdown_grace = absl::Milliseconds(200);
   absl::StatusOr<std::unique_ptr<SchedulerServer>> server =
-      SchedulerServer::Start(std::move(options));
+      testing_ranks::StartRendezvousServer(world, kSession);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }
@@ -433,9 +399,10 @@ std::vector<testing_process::Child> SpawnRanks(const Case& c,
                                                const std::string& out) {
   std::vector<testing_process::Child> ranks;
   for (int r = 0; r < c.world; ++r) {
-    ranks.push_back(testing_process::Spawn(
-        absl::StrCat(c.name, "-rank", r),
-        {SelfPath(), "--rank_job", c.name, absl::StrCat(r), address, out}));
+    ranks.push_back(
+        testing_process::Spawn(absl::StrCat(c.name, "-rank", r),
+                               {testing_ranks::SelfPath(), "--rank_job", c.name,
+                                absl::StrCat(r), address, out}));
   }
   return ranks;
 }
