@@ -19,6 +19,15 @@ absl::StatusOr<std::unique_ptr<AgentMetrics>> AgentMetrics::Create(
 }
 
 absl::Status AgentMetrics::Register() {
+  RETURN_IF_ERROR(RegisterExecuteFamilies());
+  registry_->AddCollectHook([this] { TakeSnapshot(); });
+  RETURN_IF_ERROR(RegisterIdentityFamilies());
+  RETURN_IF_ERROR(RegisterStreamFamilies());
+  return RegisterCommunicatorFamilies();
+}
+
+// The execute mode's steps and tasks, fed by OnStepExecuted.
+absl::Status AgentMetrics::RegisterExecuteFamilies() {
   MetricsRegistry& r = *registry_;
   // Task times span CPU test runs (ms) to long GPU tasks (tens of seconds).
   const std::vector<double> seconds_buckets = {
@@ -43,7 +52,12 @@ absl::Status AgentMetrics::Register() {
                      "their group checks.",
                      seconds_buckets));
 
-  registry_->AddCollectHook([this] { TakeSnapshot(); });
+  return absl::OkStatus();
+}
+
+// Who this agent is, from the snapshot at each scrape.
+absl::Status AgentMetrics::RegisterIdentityFamilies() {
+  MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kGauge, "dcp_agent_info",
       "Always 1; labels name the scheduler's session and the mode.",
@@ -61,6 +75,12 @@ absl::Status AgentMetrics::Register() {
         if (!snapshot_.has_value()) return {};
         return {{{}, static_cast<double>(identity_.rank)}};
       }));
+  return absl::OkStatus();
+}
+
+// The plan stream, reports and profiles, from the snapshot.
+absl::Status AgentMetrics::RegisterStreamFamilies() {
+  MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(
       AddStatsCounter("dcp_agent_steps_received_total",
                       "Steps received on the plan stream and queued.",
@@ -95,6 +115,12 @@ absl::Status AgentMetrics::Register() {
         return {{{"reported"}, static_cast<double>(snapshot_->profiles_sent)},
                 {{"failed"}, static_cast<double>(snapshot_->profile_failures)}};
       }));
+  return absl::OkStatus();
+}
+
+// The communicator cache, from the snapshot.
+absl::Status AgentMetrics::RegisterCommunicatorFamilies() {
+  MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(AddStatsCounter(
       "dcp_agent_communicator_cache_hits_total",
       "Group requests served by a group already formed or forming.",

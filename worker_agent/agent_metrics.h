@@ -69,6 +69,10 @@ class AgentMetrics {
  private:
   explicit AgentMetrics(MetricsRegistry* registry) : registry_(registry) {}
   absl::Status Register();
+  absl::Status RegisterExecuteFamilies();
+  absl::Status RegisterIdentityFamilies();
+  absl::Status RegisterStreamFamilies();
+  absl::Status RegisterCommunicatorFamilies();
   void TakeSnapshot();
   absl::Status AddStatsCounter(const char* name, const char* help,
                                std::function<double(const AgentStats&)> value);
