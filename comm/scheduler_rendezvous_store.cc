@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/backoff.h"
 #include "common/grpc_status.h"
+#include "common/rpc_timeout.h"
 #include "proto/scheduler_service.grpc.pb.h"
 
 namespace dcp {
@@ -24,10 +25,6 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
   if (converted.ok()) return converted;
   return absl::Status(converted.code(),
                       absl::StrCat(what, ": ", converted.message()));
-}
-
-std::chrono::system_clock::time_point Deadline(absl::Duration d) {
-  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
 
 // Sleeps until `clock` reads `until`: a wait on a condition that never holds.
@@ -79,7 +76,7 @@ absl::Status SchedulerRendezvousStore::Set(absl::string_view key,
   request.set_value(std::string(value));
   v1::StoreSetResponse response;
   grpc::ClientContext context;
-  context.set_deadline(Deadline(impl_->options.rpc_timeout));
+  SetRpcTimeout(context, impl_->options.rpc_timeout);
   return FromGrpc(impl_->stub->StoreSet(&context, request, &response),
                   absl::StrCat("StoreSet ", key));
 }
@@ -92,14 +89,14 @@ absl::StatusOr<std::vector<std::string>> SchedulerRendezvousStore::Wait(
 
   Clock& clock = *impl_->options.clock;
   const absl::Time deadline = clock.Now() + timeout;
-  absl::Duration backoff = impl_->options.initial_backoff;
+  Backoff backoff(impl_->options.initial_backoff, impl_->options.max_backoff);
   absl::Status last = absl::NotFoundError("not polled yet");
   while (true) {
     const absl::Duration left = deadline - clock.Now();
     if (left <= absl::ZeroDuration()) break;
     v1::StoreGetResponse response;
     grpc::ClientContext context;
-    context.set_deadline(Deadline(std::min(left, impl_->options.rpc_timeout)));
+    SetRpcTimeout(context, std::min(left, impl_->options.rpc_timeout));
     grpc::Status status = impl_->stub->StoreGet(&context, request, &response);
     if (status.ok()) {
       if (response.values_size() != static_cast<int>(keys.size())) {
@@ -119,8 +116,7 @@ absl::StatusOr<std::vector<std::string>> SchedulerRendezvousStore::Wait(
       default:
         return last;
     }
-    SleepUntil(clock, std::min(clock.Now() + backoff, deadline));
-    backoff = std::min(backoff * 2, impl_->options.max_backoff);
+    SleepUntil(clock, std::min(clock.Now() + backoff.Next(), deadline));
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "rendezvous keys not all set after ", absl::FormatDuration(timeout), " (",

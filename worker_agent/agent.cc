@@ -24,7 +24,7 @@
 #include "worker_agent/profile_responder.h"
 #include "worker_agent/registration.h"
 #include "worker_agent/report_sender.h"
-#include "worker_agent/rpc_timeout.h"
+#include "common/rpc_timeout.h"
 #include "worker_agent/step_mailbox.h"
 
 namespace dcp {

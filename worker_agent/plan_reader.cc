@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "grpcpp/client_context.h"
-#include "worker_agent/rpc_timeout.h"
+#include "common/rpc_timeout.h"
 
 namespace dcp {
 

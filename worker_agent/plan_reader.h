@@ -14,7 +14,7 @@
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.grpc.pb.h"
-#include "worker_agent/backoff.h"
+#include "common/backoff.h"
 #include "worker_agent/registration.h"
 #include "worker_agent/step_mailbox.h"
 

@@ -9,8 +9,8 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
-#include "worker_agent/backoff.h"
-#include "worker_agent/rpc_timeout.h"
+#include "common/backoff.h"
+#include "common/rpc_timeout.h"
 
 namespace dcp {
 

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "grpcpp/client_context.h"
-#include "worker_agent/backoff.h"
-#include "worker_agent/rpc_timeout.h"
+#include "common/backoff.h"
+#include "common/rpc_timeout.h"
 
 namespace dcp {
 namespace {

@@ -1,5 +1,5 @@
-#ifndef DCP_WORKER_AGENT_BACKOFF_H_
-#define DCP_WORKER_AGENT_BACKOFF_H_
+#ifndef DCP_COMMON_BACKOFF_H_
+#define DCP_COMMON_BACKOFF_H_
 
 #include <algorithm>
 
@@ -33,4 +33,4 @@ class Backoff {
 
 }  // namespace dcp
 
-#endif  // DCP_WORKER_AGENT_BACKOFF_H_
+#endif  // DCP_COMMON_BACKOFF_H_

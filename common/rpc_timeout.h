@@ -1,5 +1,5 @@
-#ifndef DCP_WORKER_AGENT_RPC_TIMEOUT_H_
-#define DCP_WORKER_AGENT_RPC_TIMEOUT_H_
+#ifndef DCP_COMMON_RPC_TIMEOUT_H_
+#define DCP_COMMON_RPC_TIMEOUT_H_
 
 #include "absl/time/time.h"
 #include "grpc/support/time.h"
@@ -17,4 +17,4 @@ inline void SetRpcTimeout(grpc::ClientContext& context,
 
 }  // namespace dcp
 
-#endif  // DCP_WORKER_AGENT_RPC_TIMEOUT_H_
+#endif  // DCP_COMMON_RPC_TIMEOUT_H_
