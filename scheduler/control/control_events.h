@@ -29,9 +29,16 @@ struct RefitEvent {
   /// Observations the model was fitted to.
   int64_t observations = 0;
   /// Mean relative task-time error on those observations of the model
-  /// before and after the refit.
+  /// before and after the refit; never more after than before, since a
+  /// refit keeps the current model's task coefficients unless the fit's
+  /// are better there.
   double error_before = 0;
   double error_after = 0;
+  /// Whether the refit kept the current model's task coefficients (then
+  /// `error_after == error_before`), and its gradient sync (the fitted one
+  /// was no closer to the measured syncs).
+  bool kept_current = false;
+  bool kept_current_sync = false;
   /// Mean relative error of the predicted step times so far (0 when no step
   /// has completed).
   double step_error = 0;

@@ -15,14 +15,20 @@ namespace dcp {
 /// prior (the initial model), so the windows alone decide how far the fit
 /// moves from it and nothing drifts from refit to refit; the task fit
 /// first, then the gradient sync, both shrunk towards the prior by
-/// `prior_weight` pseudo-observations.
+/// `prior_weight` pseudo-observations. Then it keeps the better of the fit
+/// and the ledger's current model, part by part, on the refit's own
+/// windows: the task coefficients by `CostModel::MeanRelativeError` on the
+/// observations, the gradient sync by its mean |grad_sync - measured sync|
+/// / measured step time on the syncs (the ledger's sync error). A refit
+/// therefore never raises the task error on the window it was fitted to.
 ///
-/// A refit is a least-squares solve over the whole observation window, the
-/// most expensive thing a report leads to, so reports only mark it due in
-/// the ledger and the control plane's planner thread runs it here, with no
+/// A refit is a solve over the whole observation window, the most
+/// expensive thing a report leads to, so reports only mark it due in the
+/// ledger and the control plane's planner thread runs it here, with no
 /// lock held during the fit. No state of its own beyond constants: calls
 /// may run at once on any threads (the ledger keeps the first model
-/// installed from a given version).
+/// installed from a given version, and the comparison is with the model of
+/// that version).
 ///
 ///   RefitDriver refits(prior, 1.0, &ledger, on_refit);
 ///   refits.RunDue();  // on the planner thread, before planning a step
@@ -41,6 +47,11 @@ class RefitDriver {
                                        const RefitInput& input,
                                        double prior_weight);
 
+  /// The better of `fitted` and `input.model`, part by part (see the class
+  /// comment); ties keep `input.model`'s part.
+  static RefitResult KeepTheBetter(const CostModel& fitted,
+                                   const RefitInput& input);
+
   /// Runs the refit the ledger has due, if any. Returns whether one was due.
   bool RunDue();
 
@@ -49,7 +60,8 @@ class RefitDriver {
   bool RunNow();
 
  private:
-  /// Fits `input`, installs the result and tells `on_refit_`.
+  /// Fits `input`, installs the better of the fit and the current model
+  /// and tells `on_refit_`.
   bool Run(const RefitInput& input);
 
   const CostModel prior_;

@@ -85,25 +85,31 @@ std::optional<RefitInput> ReportLedger::TakeRefit() {
 }
 
 RefitInput ReportLedger::MakeInput() const {
-  RefitInput input;
-  input.observations.assign(observations_.begin(), observations_.end());
-  input.version = model_version_;
+  RefitInput input{{observations_.begin(), observations_.end()},
+                   {},
+                   {},
+                   model_,
+                   model_version_};
   input.syncs.reserve(syncs_.size());
-  for (const SyncObservation& sync : syncs_)
+  input.sync_step_seconds.reserve(syncs_.size());
+  for (const SyncObservation& sync : syncs_) {
     input.syncs.push_back(sync.seconds);
+    input.sync_step_seconds.push_back(sync.step_seconds);
+  }
   return input;
 }
 
-std::optional<RefitEvent> ReportLedger::Install(CostModel fitted,
-                                                const RefitInput& input,
-                                                double error_after) {
+std::optional<RefitEvent> ReportLedger::Install(RefitResult result,
+                                                const RefitInput& input) {
   absl::MutexLock lock(&mu_);
   if (model_version_ != input.version) return std::nullopt;
   RefitEvent event;
   event.observations = static_cast<int64_t>(input.observations.size());
   event.error_before = model_.MeanRelativeError(input.observations);
-  event.error_after = error_after;
-  model_ = std::move(fitted);
+  event.error_after = result.error_after;
+  event.kept_current = result.kept_current;
+  event.kept_current_sync = result.kept_current_sync;
+  model_ = std::move(result.model);
   ++model_version_;
   observation_error_sum_ = 0;
   for (size_t i = 0; i < observations_.size(); ++i) {

@@ -32,12 +32,28 @@ struct ReportLedgerOptions {
   int sync_window = 64;
 };
 
-/// What a refit fits: both windows, and the version of the model it
-/// replaces.
+/// What a refit fits: both windows, and the model it would replace (the
+/// ledger's current one when the input was taken) with its version.
 struct RefitInput {
   std::vector<TaskObservation> observations;
+  /// The measured gradient syncs, and parallel to them the measured times
+  /// of their steps.
   std::vector<double> syncs;
+  std::vector<double> sync_step_seconds;
+  CostModel model;
   int64_t version = 0;
+};
+
+/// What a refit installs: a model whose parts each come from the fit or
+/// from the input's model, whichever did better on the input's windows.
+struct RefitResult {
+  CostModel model;
+  /// Its mean relative task error on the input's observations.
+  double error_after = 0;
+  /// Whether the task coefficients, and the gradient sync, are the input
+  /// model's.
+  bool kept_current = false;
+  bool kept_current_sync = false;
 };
 
 /// The report ledger: the current cost model and what the reports taught
@@ -58,7 +74,7 @@ struct RefitInput {
 ///
 ///   if (ledger.AddObservations(std::move(obs), completed_steps)) Wake();
 ///   if (std::optional<RefitInput> in = ledger.TakeDueRefit()) {
-///     ... fit ...;  ledger.Install(std::move(fitted), *in, error_after);
+///     ... fit, compare with in->model ...;  ledger.Install(result, *in);
 ///   }
 class ReportLedger {
  public:
@@ -88,11 +104,12 @@ class ReportLedger {
   /// are no observations.
   std::optional<RefitInput> TakeRefit() ABSL_LOCKS_EXCLUDED(mu_);
 
-  /// Installs `fitted`, fitted to `input` with `error_after` on its
-  /// observations, unless another refit installed a model since `input` was
-  /// taken (then nullopt: keep that one). Returns the refit's event.
-  std::optional<RefitEvent> Install(CostModel fitted, const RefitInput& input,
-                                    double error_after)
+  /// Installs `result`, chosen for `input`, unless another refit installed
+  /// a model since `input` was taken (then nullopt: `result` was chosen
+  /// against a model that is no longer current). A result that kept the
+  /// current model whole is installed all the same: the refit counts, and
+  /// inputs taken before it become stale. Returns the refit's event.
+  std::optional<RefitEvent> Install(RefitResult result, const RefitInput& input)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   /// The current model when its version differs from `*version` (then

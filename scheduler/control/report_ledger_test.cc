@@ -103,6 +103,7 @@ TEST(ReportLedgerTest, CompletedStepsFillTheStepAndSyncWindows) {
   std::optional<RefitInput> input = ledger.TakeRefit();
   ASSERT_TRUE(input.has_value());
   EXPECT_EQ(input->syncs, (std::vector<double>{1.0, 0.5}));
+  EXPECT_EQ(input->sync_step_seconds, (std::vector<double>{4.0, 1.0}));
   // A step measured at 0 s teaches nothing.
   ledger.AddCompletedStep({1.0, 0.0, 0.0, true});
   EXPECT_NEAR(StatusOf(ledger).step_error(), 0.25, 1e-12);
@@ -115,21 +116,27 @@ TEST(ReportLedgerTest, InstallKeepsTheFirstModelFittedFromAVersion) {
   std::optional<RefitInput> first = ledger.TakeRefit();
   std::optional<RefitInput> second = ledger.TakeRefit();
   ASSERT_TRUE(first.has_value() && second.has_value());
+  // An input carries the model it would replace.
+  EXPECT_EQ(first->model.coefficients().lin, Prior().coefficients().lin);
   absl::StatusOr<CostModel> fitted = Prior().Fit(first->observations);
   ASSERT_TRUE(fitted.ok()) << fitted.status();
   const double error_after = fitted->MeanRelativeError(first->observations);
 
   std::optional<RefitEvent> event =
-      ledger.Install(*fitted, *first, error_after);
+      ledger.Install(RefitResult{*fitted, error_after, /*kept_current=*/false,
+                                 /*kept_current_sync=*/true},
+                     *first);
   ASSERT_TRUE(event.has_value());
   EXPECT_EQ(event->refits, 1);
   EXPECT_EQ(event->observations, 4);
   EXPECT_NEAR(event->error_before, 1.0 / 3, 1e-12);
   EXPECT_EQ(event->error_after, error_after);
+  EXPECT_FALSE(event->kept_current);
+  EXPECT_TRUE(event->kept_current_sync);
   // Errors are now those of the fitted model.
   EXPECT_NEAR(ledger.ModelError(), error_after, 1e-12);
   // The second refit started from the same version: dropped.
-  EXPECT_FALSE(ledger.Install(Prior(), *second, 0).has_value());
+  EXPECT_FALSE(ledger.Install(RefitResult{Prior(), 0}, *second).has_value());
 
   const v1::StatusResponse status = StatusOf(ledger);
   EXPECT_EQ(status.refits(), 1);
@@ -142,6 +149,29 @@ TEST(ReportLedgerTest, InstallKeepsTheFirstModelFittedFromAVersion) {
   EXPECT_EQ(version, 1);
   EXPECT_EQ(model->coefficients().lin, fitted->coefficients().lin);
   EXPECT_FALSE(ledger.ModelIfNewer(&version).has_value());
+  std::optional<RefitInput> next = ledger.TakeRefit();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->version, 1);
+  EXPECT_EQ(next->model.coefficients().lin, fitted->coefficients().lin);
+}
+
+TEST(ReportLedgerTest, KeepingTheCurrentModelStillTakesAVersion) {
+  ReportLedger ledger(Options());
+  ledger.AddObservations(Observed(1.5), 0);
+  std::optional<RefitInput> first = ledger.TakeRefit();
+  std::optional<RefitInput> second = ledger.TakeRefit();
+  ASSERT_TRUE(first.has_value() && second.has_value());
+  const double error = Prior().MeanRelativeError(first->observations);
+  std::optional<RefitEvent> event =
+      ledger.Install(RefitResult{first->model, error, true, true}, *first);
+  ASSERT_TRUE(event.has_value());
+  EXPECT_TRUE(event->kept_current);
+  EXPECT_EQ(event->error_after, event->error_before);
+  EXPECT_EQ(StatusOf(ledger).coefficients().at("lin"),
+            Prior().coefficients().lin);
+  // `second` was taken before that refit: stale, as after any install.
+  EXPECT_FALSE(ledger.Install(RefitResult{Prior(), 0}, *second).has_value());
+  EXPECT_EQ(StatusOf(ledger).refits(), 1);
 }
 
 }  // namespace

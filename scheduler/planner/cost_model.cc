@@ -1,8 +1,10 @@
 #include "scheduler/planner/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -10,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace dcp {
 
@@ -95,7 +98,74 @@ double CostModel::MaxTokensPerGpu(double recompute) const {
 
 namespace {
 
-constexpr int kNumTimeFeatures = 7;
+// The time coefficients `Fit` learns, in a fixed order. A task's predicted
+// seconds are linear in them (the half-token constants held fixed).
+constexpr int kNumTimeCoefficients = 7;
+using TimeVector = std::array<double, kNumTimeCoefficients>;
+
+std::array<double*, kNumTimeCoefficients> TimeCoefficients(
+    CostModel::Coefficients& c) {
+  return {&c.lin,
+          &c.attn,
+          &c.a2a_byte_intra,
+          &c.a2a_fixed_intra,
+          &c.a2a_byte_inter,
+          &c.a2a_fixed_inter,
+          &c.fixed};
+}
+
+// A fitted coefficient never falls below 5% of its scaled value: the fit is
+// relative to it, so a coefficient at zero could not be moved by later fits.
+constexpr double kDeltaFloor = -0.95;
+// Relative residuals below this weigh as this in the reweighting, which
+// keeps the weighted systems well posed once residuals reach zero.
+constexpr double kResidualFloor = 1e-6;
+constexpr int kMaxReweightings = 30;
+
+absl::Status ValidateObservations(
+    absl::Span<const TaskObservation> observations) {
+  for (size_t i = 0; i < observations.size(); ++i) {
+    const TaskObservation& o = observations[i];
+    if (o.group_size <= 0 || o.lengths.empty() || !(o.seconds > 0) ||
+        !std::isfinite(o.seconds) || !(o.recompute >= 0 && o.recompute <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "observation ", i,
+          ": needs a positive group size, at least one length, positive "
+          "finite seconds and recompute in [0, 1]"));
+    }
+    for (int64_t s : o.lengths) {
+      if (s <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("observation ", i, ": lengths must be positive"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Relative residuals of the fit as a linear function of the relative
+// changes delta_j of the coefficients from `base`:
+//   r_i(delta) = (measured_i - predicted_i) / measured_i = b_i - a_i . delta.
+struct RelativeSystem {
+  TimeVector base;
+  std::vector<TimeVector> a;
+  std::vector<double> b;
+
+  double Residual(size_t i, const TimeVector& delta) const {
+    double r = b[i];
+    for (int j = 0; j < kNumTimeCoefficients; ++j) r -= a[i][j] * delta[j];
+    return r;
+  }
+};
+
+// sum_i |r_i| + prior_weight * sum_j |delta_j|: what the fit minimises.
+double Objective(const RelativeSystem& s, const TimeVector& delta,
+                 double prior_weight) {
+  double sum = 0;
+  for (size_t i = 0; i < s.b.size(); ++i) sum += std::abs(s.Residual(i, delta));
+  for (double d : delta) sum += prior_weight * std::abs(d);
+  return sum;
+}
 
 // Solves a (small, symmetric positive definite) linear system in place.
 bool Solve(std::vector<std::vector<double>>& a, std::vector<double>& b) {
@@ -120,102 +190,188 @@ bool Solve(std::vector<std::vector<double>>& a, std::vector<double>& b) {
   return true;
 }
 
+// Minimises sum_i w_i r_i^2 + sum_j v_j delta_j^2 over the deltas not
+// `pinned`; pinned ones stay at kDeltaFloor. False on a singular system.
+bool SolveWeighted(const RelativeSystem& s, absl::Span<const double> w,
+                   const TimeVector& v,
+                   const std::array<bool, kNumTimeCoefficients>& pinned,
+                   TimeVector& delta) {
+  std::vector<int> free;
+  for (int j = 0; j < kNumTimeCoefficients; ++j) {
+    if (!pinned[j]) free.push_back(j);
+  }
+  const size_t n = free.size();
+  std::vector<std::vector<double>> ata(n, std::vector<double>(n, 0));
+  std::vector<double> atb(n, 0);
+  for (size_t i = 0; i < s.b.size(); ++i) {
+    double y = s.b[i];
+    for (int j = 0; j < kNumTimeCoefficients; ++j) {
+      if (pinned[j]) y -= s.a[i][j] * kDeltaFloor;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const double wa = w[i] * s.a[i][free[j]];
+      atb[j] += wa * y;
+      for (size_t k = 0; k < n; ++k) ata[j][k] += wa * s.a[i][free[k]];
+    }
+  }
+  for (size_t j = 0; j < n; ++j) ata[j][j] += v[free[j]];
+  if (!Solve(ata, atb)) return false;
+  for (int j = 0; j < kNumTimeCoefficients; ++j) {
+    if (pinned[j]) delta[j] = kDeltaFloor;
+  }
+  for (size_t j = 0; j < n; ++j) delta[free[j]] = atb[j];
+  return true;
+}
+
+// `SolveWeighted` subject to delta_j >= kDeltaFloor: while a free delta
+// comes out below the floor, the lowest one is pinned there and the others
+// re-solved. False on a singular system.
+bool SolveWeightedAboveFloor(const RelativeSystem& s,
+                             absl::Span<const double> w, const TimeVector& v,
+                             TimeVector& delta) {
+  std::array<bool, kNumTimeCoefficients> pinned{};
+  for (int round = 0; round < kNumTimeCoefficients; ++round) {
+    if (!SolveWeighted(s, w, v, pinned, delta)) return false;
+    int lowest = -1;
+    for (int j = 0; j < kNumTimeCoefficients; ++j) {
+      if (!pinned[j] && delta[j] < kDeltaFloor &&
+          (lowest < 0 || delta[j] < delta[lowest])) {
+        lowest = j;
+      }
+    }
+    if (lowest < 0) return true;
+    pinned[lowest] = true;
+  }
+  return true;  // every delta pinned at the floor
+}
+
+// Iteratively reweighted least squares for `Objective`: each round solves
+// the weighted problem with w_i = 1 / |r_i| and v_j = prior_weight /
+// |delta_j| from the previous round (the first is plain ridge least
+// squares), so its quadratic matches the absolute values at that point.
+// Stops when a round no longer lowers the objective; returns the deltas of
+// the lowest objective seen (delta = 0 included).
+TimeVector MinimiseRelativeError(const RelativeSystem& s, double prior_weight) {
+  TimeVector best{};
+  double best_objective = Objective(s, best, prior_weight);
+  double previous = std::numeric_limits<double>::infinity();
+  std::vector<double> w(s.b.size(), 1.0);
+  TimeVector v;
+  v.fill(prior_weight);
+  for (int round = 0; round < kMaxReweightings; ++round) {
+    TimeVector delta{};
+    if (!SolveWeightedAboveFloor(s, w, v, delta)) break;
+    const double objective = Objective(s, delta, prior_weight);
+    if (objective < best_objective) {
+      best = delta;
+      best_objective = objective;
+    }
+    if (objective >= previous * (1 - 1e-9)) break;
+    previous = objective;
+    for (size_t i = 0; i < s.b.size(); ++i) {
+      w[i] = 1 / std::max(std::abs(s.Residual(i, delta)), kResidualFloor);
+    }
+    for (int j = 0; j < kNumTimeCoefficients; ++j) {
+      v[j] = prior_weight / std::max(std::abs(delta[j]), kResidualFloor);
+    }
+  }
+  return best;
+}
+
+// Task i's seconds per unit of each time coefficient of `model`: what a
+// model with that coefficient 1 and the others 0 predicts.
+std::vector<TimeVector> TimeFeatures(
+    const CostModel& model, absl::Span<const TaskObservation> observations) {
+  std::vector<TimeVector> features(observations.size());
+  for (int j = 0; j < kNumTimeCoefficients; ++j) {
+    CostModel::Coefficients unit = model.coefficients();
+    for (double* x : TimeCoefficients(unit)) *x = 0;
+    *TimeCoefficients(unit)[j] = 1;
+    const CostModel m(unit, model.model(), model.memory_cap(),
+                      model.gpus_per_node());
+    for (size_t i = 0; i < observations.size(); ++i) {
+      const TaskObservation& o = observations[i];
+      features[i][j] =
+          m.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+    }
+  }
+  return features;
+}
+
+// One common scale of every time coefficient: the median of
+// log(measured / predicted), shrunk towards 0 by `prior_weight`
+// pseudo-observations. Hardware that is uniformly slower or faster than its
+// data sheet (or a CPU standing in for a GPU) is then matched at once and
+// costs no prior; the deltas only correct the shape. The median, so that a
+// few stalled tasks do not move it.
+double CommonScale(const CostModel& model,
+                   absl::Span<const TaskObservation> observations,
+                   double prior_weight) {
+  std::vector<double> log_ratios;
+  for (const TaskObservation& o : observations) {
+    const double predicted =
+        model.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+    if (predicted > 0) log_ratios.push_back(std::log(o.seconds / predicted));
+  }
+  if (log_ratios.empty()) return 1;
+  std::sort(log_ratios.begin(), log_ratios.end());
+  const size_t n = log_ratios.size();
+  const double median = n % 2 == 1
+                            ? log_ratios[n / 2]
+                            : 0.5 * (log_ratios[n / 2 - 1] + log_ratios[n / 2]);
+  return std::exp(static_cast<double>(n) * median /
+                  (static_cast<double>(n) + prior_weight));
+}
+
+// The fit's residuals around `model`'s coefficients times `CommonScale`.
+RelativeSystem BuildRelativeSystem(
+    const CostModel& model, absl::Span<const TaskObservation> observations,
+    double prior_weight) {
+  const double scale = CommonScale(model, observations, prior_weight);
+  CostModel::Coefficients c = model.coefficients();
+  const std::array<double*, kNumTimeCoefficients> current = TimeCoefficients(c);
+  RelativeSystem s;
+  for (int j = 0; j < kNumTimeCoefficients; ++j)
+    s.base[j] = scale * *current[j];
+  const std::vector<TimeVector> features = TimeFeatures(model, observations);
+  for (size_t i = 0; i < observations.size(); ++i) {
+    TimeVector& a = s.a.emplace_back();
+    double b = 1;
+    for (int j = 0; j < kNumTimeCoefficients; ++j) {
+      a[j] = s.base[j] * features[i][j] / observations[i].seconds;
+      b -= a[j];
+    }
+    s.b.push_back(b);
+  }
+  return s;
+}
+
 }  // namespace
 
 absl::StatusOr<CostModel> CostModel::Fit(
     absl::Span<const TaskObservation> observations, double prior_weight) const {
-  if (prior_weight <= 0) {
-    return absl::InvalidArgumentError("prior_weight must be positive");
+  if (!(prior_weight > 0) || !std::isfinite(prior_weight)) {
+    return absl::InvalidArgumentError(
+        "prior_weight must be positive and finite");
   }
-  // First one common scale for every time coefficient: the geometric mean
-  // of measured / predicted, shrunk towards 1 by `prior_weight`
-  // pseudo-observations. Hardware that is uniformly slower or faster than its
-  // data sheet (or a CPU standing in for a GPU) is then matched at once, and
-  // the per-coefficient fit below only has to correct the shape.
-  double log_ratio = 0;
-  for (size_t i = 0; i < observations.size(); ++i) {
-    const TaskObservation& o = observations[i];
-    if (o.group_size <= 0 || o.lengths.empty() || !(o.seconds > 0) ||
-        !(o.recompute >= 0 && o.recompute <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "observation ", i,
-          ": needs a positive group size, at least one length, positive "
-          "seconds and recompute in [0, 1]"));
-    }
-    for (int64_t s : o.lengths) {
-      if (s <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("observation ", i, ": lengths must be positive"));
-      }
-    }
-    log_ratio += std::log(o.seconds / TaskSeconds(o.group_size, o.intra_node,
-                                                  o.lengths, o.recompute));
-  }
-  const double scale = std::exp(
-      log_ratio / (static_cast<double>(observations.size()) + prior_weight));
-  // Then a relative parametrisation: coefficient_j = scaled_j * (1 + delta_j),
-  // so the prior pulls every delta to 0 on the same scale, and residuals are
-  // divided by the measured time so that long and short tasks count alike.
-  const double base[kNumTimeFeatures] = {scale * c_.lin,
-                                         scale * c_.attn,
-                                         scale * c_.a2a_byte_intra,
-                                         scale * c_.a2a_fixed_intra,
-                                         scale * c_.a2a_byte_inter,
-                                         scale * c_.a2a_fixed_inter,
-                                         scale * c_.fixed};
-  std::vector<std::vector<double>> ata(
-      kNumTimeFeatures, std::vector<double>(kNumTimeFeatures, 0));
-  std::vector<double> atb(kNumTimeFeatures, 0);
-  for (size_t i = 0; i < observations.size(); ++i) {
-    const TaskObservation& o = observations[i];
-    double tokens = 0, units = 0;
-    for (int64_t s : o.lengths) {
-      tokens += static_cast<double>(s);
-      units += AttentionUnits(static_cast<double>(s));
-    }
-    const double p = o.group_size;
-    const double r = o.recompute;
-    const double t = tokens / p;
-    double x[kNumTimeFeatures] = {0};
-    x[0] = (3.0 + r) * (t + c_.gemm_half);
-    x[1] = (3.5 + r) / p * units;
-    if (o.group_size > 1) {
-      const double vol = AllToAllVolume(t, o.group_size) * (2.0 + r);
-      (o.intra_node ? x[2] : x[4]) = vol;
-      (o.intra_node ? x[3] : x[5]) = 2.0 + r;
-    }
-    x[6] = 1.0;
-    double predicted = 0;
-    for (int j = 0; j < kNumTimeFeatures; ++j) {
-      x[j] *= base[j];
-      predicted += x[j];
-    }
-    const double y = (o.seconds - predicted) / o.seconds;
-    for (int j = 0; j < kNumTimeFeatures; ++j) {
-      const double xj = x[j] / o.seconds;
-      atb[j] += xj * y;
-      for (int k = 0; k < kNumTimeFeatures; ++k) {
-        ata[j][k] += xj * x[k] / o.seconds;
-      }
-    }
-  }
-  for (int j = 0; j < kNumTimeFeatures; ++j) ata[j][j] += prior_weight;
-  if (!Solve(ata, atb)) {
-    return absl::InternalError("cost model fit: singular system");
-  }
+  RETURN_IF_ERROR(ValidateObservations(observations));
+  const RelativeSystem s =
+      BuildRelativeSystem(*this, observations, prior_weight);
+  const TimeVector delta = MinimiseRelativeError(s, prior_weight);
   Coefficients c = c_;
-  double* out[kNumTimeFeatures] = {&c.lin,
-                                   &c.attn,
-                                   &c.a2a_byte_intra,
-                                   &c.a2a_fixed_intra,
-                                   &c.a2a_byte_inter,
-                                   &c.a2a_fixed_inter,
-                                   &c.fixed};
-  for (int j = 0; j < kNumTimeFeatures; ++j) {
-    // A coefficient may shrink a lot but never turn negative.
-    *out[j] = base[j] * std::max(0.05, 1.0 + atb[j]);
+  const std::array<double*, kNumTimeCoefficients> out = TimeCoefficients(c);
+  for (int j = 0; j < kNumTimeCoefficients; ++j) {
+    *out[j] = s.base[j] * (1 + delta[j]);
   }
-  return CostModel(c, model_, memory_cap_, gpus_per_node_);
+  CostModel fitted(c, model_, memory_cap_, gpus_per_node_);
+  // The minimum includes the prior's pull, and the common scale moved the
+  // starting point, so the fit can predict its own observations worse than
+  // this model does; then this model stands.
+  if (fitted.MeanRelativeError(observations) <
+      MeanRelativeError(observations)) {
+    return fitted;
+  }
+  return *this;
 }
 
 absl::StatusOr<CostModel> CostModel::FitSync(

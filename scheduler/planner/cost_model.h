@@ -34,10 +34,11 @@ struct TaskObservation {
 ///                            + mem_token_base)
 ///
 /// `FromSpecs` derives the coefficients from hardware and model data sheets;
-/// `Fit` re-estimates the time coefficients by least squares from observed
-/// tasks (profiles or timings reported by agents), shrunk towards the current
-/// values so that few observations cannot derail it; `FitSync` does the same
-/// for the gradient sync from measured sync times. A profile table (see
+/// `Fit` re-estimates the time coefficients from observed tasks (profiles or
+/// timings reported by agents) by minimising their relative error, the
+/// quantity `MeanRelativeError` judges, shrunk towards the current values so
+/// that few observations cannot derail it; `FitSync` does the same for the
+/// gradient sync from measured sync times. A profile table (see
 /// `ParseProfileTable`) is just a set of observations.
 ///
 /// Value type; const methods are thread-safe.
@@ -92,12 +93,28 @@ class CostModel {
   const ModelSpec& model() const { return model_; }
   const Coefficients& coefficients() const { return c_; }
 
-  /// Re-estimates the time coefficients from observations: first one common
-  /// scale (geometric mean of measured / predicted), then weighted ridge
-  /// least squares of each coefficient towards the scaled ones; both are
-  /// shrunk by `prior_weight` pseudo-observations. Half-token constants and
-  /// the gradient sync stay fixed (`FitSync` learns the latter). Returns the
-  /// new model; INVALID_ARGUMENT for observations that make no sense.
+  /// Re-estimates the time coefficients (lin, attn, the four all-to-all
+  /// terms, fixed) from observations; the half-token constants, the memory
+  /// terms and the gradient sync stay (`FitSync` learns the latter). With n
+  /// observations and w = `prior_weight`:
+  ///   1. one common scale s = exp(n * median_i log(measured_i /
+  ///      predicted_i) / (n + w)), the median shrunk by w pseudo-observations;
+  ///   2. coefficient_j = s * current_j * (1 + delta_j), with delta
+  ///      minimising the sum of relative errors plus w pseudo-observations a
+  ///      coefficient, each erring by that coefficient's delta_j:
+  ///        sum_i |predicted_i - measured_i| / measured_i
+  ///          + w * sum_j |delta_j|,    subject to delta_j >= -0.95,
+  ///      approximately, by iteratively reweighted least squares (weights
+  ///      1 / max(|residual|, 1e-6); at most 30 rounds, until one no longer
+  ///      lowers the objective; the best round kept). Absolute values, not
+  ///      squares, so that a few stalled tasks pull the fit little. In each
+  ///      round a coefficient that would fall below 5% of s * current_j is
+  ///      held there and the others re-solved.
+  ///   3. The result only if its `MeanRelativeError` on the observations is
+  ///      below this model's, else this model unchanged: a fit never
+  ///      predicts its own observations worse than its starting point.
+  /// Deterministic. INVALID_ARGUMENT for observations that make no sense or
+  /// a `prior_weight` that is not positive and finite.
   absl::StatusOr<CostModel> Fit(absl::Span<const TaskObservation> observations,
                                 double prior_weight = 1.0) const;
 

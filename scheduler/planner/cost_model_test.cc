@@ -1,5 +1,6 @@
 #include "scheduler/planner/cost_model.h"
 
+#include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
@@ -89,6 +90,83 @@ TEST(CostModelTest, FitRecoversCoefficientsFromTimings) {
   EXPECT_LT(after, 0.01) << "before " << before;
   EXPECT_NEAR(fitted->coefficients().lin / c.lin, 1.0, 0.02);
   EXPECT_NEAR(fitted->coefficients().attn / c.attn, 1.0, 0.02);
+}
+
+/// `Observe(truth, ...)`, each time multiplied by 1 + noise * u with u
+/// uniform in [-1, 1], and every `stall_every`-th task `stall` times slower
+/// still (a straggler, a pause).
+std::vector<TaskObservation> ObserveNoisily(const CostModel& truth, int n,
+                                            double noise, int stall_every,
+                                            double stall, uint32_t seed) {
+  std::vector<TaskObservation> out = Observe(truth, n, seed);
+  std::mt19937 rng(seed + 1000);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].seconds *= 1 + noise * u(rng);
+    if (i % stall_every == stall_every - 1) out[i].seconds *= stall;
+  }
+  return out;
+}
+
+TEST(CostModelTest, FitIsRobustToNoiseAndStalledTasks) {
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = sheet.coefficients();
+  c.lin *= 1.3;
+  c.attn *= 0.8;
+  c.fixed *= 3.0;
+  CostModel truth(c, m, sheet.memory_cap(), 8);
+  // 5% noise, and one task in 20 five times too slow.
+  constexpr double kNoise = 0.05;
+  constexpr int kTasks = 1000;
+  constexpr double kPriorWeight = 1e-3;
+  std::vector<TaskObservation> train =
+      ObserveNoisily(truth, kTasks, kNoise, 20, 5.0, 11);
+  // What the true model itself errs by on them: the injected noise (about
+  // kNoise / 2 on a clean task, 0.8 on a stalled one).
+  const double noise_level = truth.MeanRelativeError(train);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(train, kPriorWeight);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  const double after = fitted->MeanRelativeError(train);
+  EXPECT_LE(after, sheet.MeanRelativeError(train));
+  // The fit minimises the summed relative error plus kPriorWeight * |delta|
+  // a coefficient, which the true model's deltas (all below 3) make at most
+  // 7 * 3 * kPriorWeight: the fit's mean can exceed the true model's by no
+  // more than that over kTasks.
+  EXPECT_LE(after, noise_level + 21 * kPriorWeight / kTasks);
+  // The stalled tasks, too few to outvote the rest, do not pull the
+  // coefficients that carry most of the time off by more than the noise.
+  EXPECT_NEAR(fitted->coefficients().lin / c.lin, 1.0, kNoise);
+  EXPECT_NEAR(fitted->coefficients().attn / c.attn, 1.0, kNoise);
+  // And the noise averages out over the tasks: unseen ones, noise-free, are
+  // predicted well within it.
+  EXPECT_LT(fitted->MeanRelativeError(Observe(truth, 200, 12)), kNoise / 4);
+}
+
+TEST(CostModelTest, FitNeverPredictsItsObservationsWorse) {
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  // Observations the model already predicts exactly: nothing to gain.
+  std::vector<TaskObservation> exact = Observe(sheet, 50, 21);
+  ASSERT_EQ(sheet.MeanRelativeError(exact), 0);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(exact);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_EQ(fitted->MeanRelativeError(exact), 0);
+  // Adversarial ones: times unrelated to the work, anywhere from 1/100 to
+  // 100 times the prediction, few or many, under weak and strong priors.
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<double> log_factor(-std::log(100.0),
+                                                    std::log(100.0));
+  for (int n : {1, 3, 50}) {
+    for (double prior_weight : {1e-3, 1.0, 1e3}) {
+      std::vector<TaskObservation> obs = Observe(sheet, n, rng());
+      for (TaskObservation& o : obs) o.seconds *= std::exp(log_factor(rng));
+      fitted = sheet.Fit(obs, prior_weight);
+      ASSERT_TRUE(fitted.ok()) << fitted.status();
+      EXPECT_LE(fitted->MeanRelativeError(obs), sheet.MeanRelativeError(obs))
+          << n << " observations, prior weight " << prior_weight;
+    }
+  }
 }
 
 TEST(CostModelTest, FitFollowsHardwareFarFromTheDataSheet) {

@@ -108,12 +108,18 @@ void LogStep(const PlannedStepEvent& e) {
 }
 
 void LogRefit(const RefitEvent& e) {
-  std::fprintf(stderr,
-               "%s refit %lld over %lld observations: task error %.1f%% -> "
-               "%.1f%%, step error %.1f%% (sync %.1f%%)\n",
-               Now().c_str(), static_cast<long long>(e.refits),
-               static_cast<long long>(e.observations), 100 * e.error_before,
-               100 * e.error_after, 100 * e.step_error, 100 * e.sync_error);
+  std::fprintf(
+      stderr,
+      "%s refit %lld over %lld observations: task error %.1f%% -> %.1f%% "
+      "(%s), step error %.1f%% (sync %.1f%%, %s)\n",
+      Now().c_str(), static_cast<long long>(e.refits),
+      static_cast<long long>(e.observations), 100 * e.error_before,
+      100 * e.error_after,
+      e.kept_current ? "kept the current model: the fit was no better"
+                     : "installed the fit",
+      100 * e.step_error, 100 * e.sync_error,
+      e.kept_current_sync ? "kept the current sync"
+                          : "installed the fitted sync");
 }
 
 void LogProfileDone(const ProfileDoneEvent& e) {
