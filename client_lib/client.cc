@@ -41,7 +41,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   std::unique_ptr<Client> client(new Client(std::move(options)));
   const ClientOptions& o = client->options_;
   if (o.mode == ClientOptions::Mode::kInProcess) {
-    ASSIGN_OR_RETURN(client->agent_, Agent::Start(o.agent));
+    AgentOptions agent = o.agent;
+    agent.warm_groups = agent.warm_groups && o.communicators;
+    ASSIGN_OR_RETURN(client->agent_, Agent::Start(std::move(agent)));
     return client;
   }
   const std::string path(absl::StripPrefix(o.agent_socket, "unix:"));
@@ -70,6 +72,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 
 int Client::rank() const {
   return agent_ != nullptr ? agent_->rank() : options_.rank;
+}
+
+RendezvousStoreInterface* Client::rendezvous_store() const {
+  return agent_ != nullptr ? agent_->rendezvous_store() : nullptr;
+}
+
+std::string Client::session_id() const {
+  return agent_ != nullptr ? agent_->registration().session_id() : "";
 }
 
 absl::StatusOr<NextStepResult> Client::Fetch() {
@@ -123,7 +133,7 @@ absl::StatusOr<Step> Client::NextStep() {
                        ": its group ", t.group_id(), " is not in the plan"));
     }
     task.rendezvous_prefix = group->rendezvous_prefix();
-    if (agent_ != nullptr) {
+    if (agent_ != nullptr && options_.communicators) {
       absl::StatusOr<Communicator*> comm = agent_->Group(*group);
       if (!comm.ok()) {
         return absl::Status(
@@ -134,6 +144,7 @@ absl::StatusOr<Step> Client::NextStep() {
       task.group = *comm;
     }
   }
+  step.plan = std::move(next.step);
   last_step_ = step.step;
   return step;
 }

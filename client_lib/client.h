@@ -10,6 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "comm/rendezvous_store.h"
+#include "proto/plan.pb.h"
 #include "worker_agent/agent.h"
 
 namespace dcp {
@@ -38,6 +40,12 @@ struct ClientOptions {
   absl::Duration step_timeout = absl::Minutes(10);
   /// Sidecar mode: deadline of ReportStep's call to the agent.
   absl::Duration rpc_timeout = absl::Seconds(30);
+  /// In-process mode: hand each task of more than one rank a dcp
+  /// `Communicator` (the agent forms them as steps arrive). False for a
+  /// trainer that runs its collectives on c10d process groups it forms
+  /// itself through `rendezvous_store()` (train/process_groups.h): the
+  /// tasks' `group` is then null and the agent forms nothing.
+  bool communicators = true;
 };
 
 /// One task of a step, as the trainer runs it: one forward and backward
@@ -80,6 +88,10 @@ struct Step {
   std::vector<StepTask> tasks;
   /// True when the job is drained: there is no step, stop training.
   bool drained = false;
+  /// The step as the scheduler sent it for this rank (what `tasks` is made
+  /// from): a RankTrainer's input through `RankPlanFromRankStep`
+  /// (train/rank_plan.h).
+  v1::RankStep plan;
 };
 
 /// The training loop's view of dcp: fetch each step's plan, run its tasks,
@@ -142,6 +154,13 @@ class Client {
 
   /// This client's global rank.
   int rank() const;
+
+  /// In-process mode: the scheduler's rendezvous store, where a trainer's
+  /// own process groups meet (`Agent::rendezvous_store`), and the session
+  /// its data-parallel group is named after ("<session>/e<epoch>/dp"). Null
+  /// and empty in sidecar mode.
+  RendezvousStoreInterface* rendezvous_store() const;
+  std::string session_id() const;
 
   /// In-process mode: the embedded agent (stats, registration); null in
   /// sidecar mode.

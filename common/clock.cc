@@ -1,5 +1,7 @@
 #include "common/clock.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -17,6 +19,12 @@ absl::Time RealClock::Now() { return absl::Now(); }
 Clock* RealClock::Default() {
   static RealClock* const clock = new RealClock();
   return clock;
+}
+
+absl::Time ProcessCpuClock::Now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return absl::UnixEpoch() + absl::DurationFromTimespec(ts);
 }
 
 struct FakeClock::Sleeper {

@@ -49,6 +49,16 @@ class RealClock : public Clock {
   static Clock* Default();
 };
 
+/// The CPU time this process has used, all threads together, as a time
+/// after the Unix epoch: a stopwatch of a process's own work where
+/// processes share cores (time spent waiting for a core, or blocked on a
+/// peer, does not count). For measuring, not for deadlines: a wait on it
+/// lasts `deadline - Now()` of real time. Stateless; thread-safe.
+class ProcessCpuClock : public Clock {
+ public:
+  absl::Time Now() override;
+};
+
 /// A clock that moves only when told to. Thread-safe.
 ///
 /// A wait on it (`AwaitWithDeadline`) ends when its condition holds or when

@@ -1,5 +1,6 @@
 #include "common/clock.h"
 
+#include <cstdint>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -93,6 +94,31 @@ TEST(RealClockTest, WaitsInRealTime) {
   EXPECT_FALSE(clock->AwaitWithTimeout(&mu, absl::Condition(&never),
                                        absl::Milliseconds(20)));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+}
+
+// Work counts, waiting does not: a thread blocked for 200 ms of real time
+// uses almost no CPU, and spinning moves the clock.
+TEST(ProcessCpuClockTest, CountsWorkNotWaiting) {
+  ProcessCpuClock cpu;
+  const absl::Time before_wait = cpu.Now();
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  const bool never = false;
+  const absl::Time wall_before = absl::Now();
+  mu.AwaitWithTimeout(absl::Condition(&never), absl::Milliseconds(200));
+  const absl::Duration waited = absl::Now() - wall_before;
+  const absl::Duration cpu_waiting = cpu.Now() - before_wait;
+  EXPECT_GE(waited, absl::Milliseconds(200));
+  EXPECT_LT(cpu_waiting, waited / 4);
+
+  const absl::Time before_work = cpu.Now();
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  volatile uint64_t sink = 0;
+  while (cpu.Now() - before_work < absl::Milliseconds(20) &&
+         absl::Now() < give_up) {
+    for (int i = 0; i < 100000; ++i) sink = sink + i;
+  }
+  EXPECT_GE(cpu.Now() - before_work, absl::Milliseconds(20));
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 // and refitted its cost model.
 //
 // A second test runs the same checks with the scheduler and eight agents
-// (each with its task executor) as threads of this process; a third runs
+// (each training the model with its own executor) as threads of this process; a third runs
 // dcp-agent in serve mode for trainers that use client_lib's sidecar mode.
 
 #include <unistd.h>
@@ -43,7 +43,8 @@
 #include "tests/child_process.h"
 #include "tests/sidecar_trainers.h"
 #include "worker_agent/agent.h"
-#include "worker_agent/task_executor.h"
+#include "worker_agent/model_executor.h"
+#include "worker_agent/step_execution.h"
 
 namespace dcp {
 namespace {
@@ -503,19 +504,24 @@ TEST(ControlPlaneE2eTest, EightInProcessAgentsRunTheSameChecks) {
       agent_options.rank = r;
       agent_options.world_size = kWorld;
       agent_options.rendezvous_timeout = absl::Seconds(60);
+      agent_options.warm_groups = false;  // The executor forms its own.
       absl::StatusOr<std::unique_ptr<Agent>> agent =
           Agent::Start(agent_options);
       if (!agent.ok()) {
         results[r] = agent.status();
         return;
       }
-      TaskExecutorOptions executor_options;
+      ModelExecutorOptions executor_options;
+      executor_options.model = TinyModel();
       executor_options.rank = r;
-      executor_options.num_heads = TinyModel().heads;
-      executor_options.head_dim = TinyModel().hidden / TinyModel().heads;
+      executor_options.world_size = kWorld;
+      executor_options.session_id = (*agent)->registration().session_id();
       executor_options.token_scale = kTokenScale;
-      absl::StatusOr<std::unique_ptr<TaskExecutor>> executor =
-          TaskExecutor::Create(executor_options);
+      executor_options.torch_threads = 1;
+      executor_options.group_timeout = absl::Seconds(60);
+      absl::StatusOr<std::unique_ptr<ModelExecutor>> executor =
+          ModelExecutor::Create(executor_options,
+                                (*agent)->rendezvous_store());
       if (!executor.ok()) {
         results[r] = executor.status();
         return;
@@ -529,9 +535,7 @@ TEST(ControlPlaneE2eTest, EightInProcessAgentsRunTheSameChecks) {
           break;
         }
         if (next->drained) break;
-        absl::StatusOr<StepExecution> done = (*executor)->RunStep(
-            next->step,
-            [&agent](const v1::CommGroup& g) { return (*agent)->Group(g); });
+        absl::StatusOr<StepExecution> done = (*executor)->RunStep(next->step);
         if (!done.ok()) {
           results[r] = done.status();
           break;
@@ -544,6 +548,7 @@ TEST(ControlPlaneE2eTest, EightInProcessAgentsRunTheSameChecks) {
         last = next->step.step();
       }
       // A rank that failed aborts its groups so the others do not hang.
+      executor->reset();
       (*agent)->Shutdown();
     });
   }

@@ -23,7 +23,7 @@ rules=(
   "//scheduler/eval/..."
   "the daemon and the control plane link no evaluation code (simulator, baselines)"
 
-  "$(delivered '//worker_agent/... + //client_lib/... + //comm/... + //kernels/... + //train/...')"
+  "$(delivered '//worker_agent/... + //client_lib/... + //comm/... + //train/...')"
   "//scheduler/..."
   "the agent, the client, the trainer and their communicators speak the wire schema, never the scheduler's code"
 

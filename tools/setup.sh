@@ -24,8 +24,12 @@ declare -A PACKAGE_GROUPS=(
            libcivetweb-dev prometheus curl
            git ca-certificates"
   # libtorch (CPU, with c10d's Gloo process group) for the training path:
-  # the model, sequence parallelism and the trainer under train/.
-  [train]="libtorch-dev"
+  # the model, sequence parallelism and the trainer under train/; gnuplot
+  # (without X) for tools/plot_loss.sh, which draws dcp-train's loss logs.
+  # libtorch links the BLAS alternative, which is Debian's reference BLAS
+  # unless an optimised one is installed: OpenBLAS (serial, since each rank
+  # runs torch on one thread) takes its place.
+  [train]="libtorch-dev libopenblas0-serial gnuplot-nox"
 )
 
 usage() {

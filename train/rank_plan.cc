@@ -246,4 +246,25 @@ absl::StatusOr<RankPlan> RankPlanFromRankStep(const v1::RankStep& step) {
                tasks, *groups, error);
 }
 
+RankPlan ScaledRankPlan(const RankPlan& plan, int64_t token_scale) {
+  ABSL_RAW_CHECK(token_scale >= 1, "token_scale is at least 1");
+  if (token_scale == 1) return plan;
+  const auto scaled = [token_scale](int64_t tokens) {
+    return std::max<int64_t>(1, (tokens + token_scale - 1) / token_scale);
+  };
+  RankPlan out = plan;
+  out.step_tokens = plan.step_tokens > 0 ? scaled(plan.step_tokens) : 0;
+  for (RankTask& task : out.tasks) {
+    task.total_tokens = 0;
+    for (int64_t& length : task.lengths) {
+      length = scaled(length);
+      task.total_tokens += length;
+    }
+    task.shard =
+        ShardOfPack(task.total_tokens, static_cast<int>(task.group_ranks.size()),
+                    task.group_rank);
+  }
+  return out;
+}
+
 }  // namespace dcp

@@ -90,6 +90,15 @@ absl::StatusOr<RankPlan> RankPlanFromStep(const v1::StepPlan& plan, int rank);
 /// `step.groups()`.
 absl::StatusOr<RankPlan> RankPlanFromRankStep(const v1::RankStep& step);
 
+/// `plan` with every sample `token_scale` times shorter (ceil(L / k), at
+/// least one token), so that a plan made for GPUs runs in seconds on a CPU:
+/// lengths, pack totals and shards follow, and the step's token count is
+/// ceil(step_tokens / k). Loss weights the plan carries are kept (they are
+/// the unscaled plan's, so the step's weights sum to about 1, not exactly).
+/// A `token_scale` of 1 returns the plan unchanged. Programmer invariant:
+/// token_scale >= 1.
+RankPlan ScaledRankPlan(const RankPlan& plan, int64_t token_scale);
+
 }  // namespace dcp
 
 #endif  // DCP_TRAIN_RANK_PLAN_H_

@@ -159,6 +159,46 @@ TEST(RankPlanTest, RankOfTwoGroupsGetsBothTasksInOrder) {
   EXPECT_EQ(second.shard.count, 1);
 }
 
+// Rank 1's tasks of ThreeTaskPlan, three times shorter: 5 -> 2, 4 -> 2,
+// and every length at least one token.
+TEST(ScaledRankPlanTest, ShortensEverySampleAndReshards) {
+  absl::StatusOr<RankPlan> got = RankPlanFromStep(ThreeTaskPlan(), 1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const RankPlan scaled = ScaledRankPlan(*got, 3);
+  EXPECT_EQ(scaled.step_tokens, (got->step_tokens + 2) / 3);
+  ASSERT_EQ(scaled.tasks.size(), got->tasks.size());
+  for (size_t t = 0; t < scaled.tasks.size(); ++t) {
+    const RankTask& before = got->tasks[t];
+    const RankTask& after = scaled.tasks[t];
+    ASSERT_EQ(after.lengths.size(), before.lengths.size());
+    int64_t total = 0;
+    for (size_t i = 0; i < after.lengths.size(); ++i) {
+      EXPECT_EQ(after.lengths[i], std::max<int64_t>(1, (before.lengths[i] + 2) / 3));
+      total += after.lengths[i];
+    }
+    EXPECT_EQ(after.total_tokens, total);
+    const PackShard want = ShardOfPack(
+        total, static_cast<int>(after.group_ranks.size()), after.group_rank);
+    EXPECT_EQ(after.shard.begin, want.begin);
+    EXPECT_EQ(after.shard.count, want.count);
+    EXPECT_EQ(after.shard.real_tokens, want.real_tokens);
+    EXPECT_EQ(after.samples, before.samples);
+    EXPECT_EQ(after.loss_weights, before.loss_weights);
+    EXPECT_EQ(after.group_ranks, before.group_ranks);
+  }
+  EXPECT_THAT(scaled.tasks[0].lengths, ElementsAre(2, 2));
+}
+
+TEST(ScaledRankPlanTest, ScaleOneIsTheSamePlan) {
+  absl::StatusOr<RankPlan> got = RankPlanFromStep(ThreeTaskPlan(), 1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const RankPlan same = ScaledRankPlan(*got, 1);
+  ASSERT_EQ(same.tasks.size(), got->tasks.size());
+  EXPECT_EQ(same.tasks[0].lengths, got->tasks[0].lengths);
+  EXPECT_EQ(same.tasks[0].shard.begin, got->tasks[0].shard.begin);
+  EXPECT_EQ(same.step_tokens, got->step_tokens);
+}
+
 TEST(RankPlanTest, SingleRankTaskHasNoGroupAndHoldsThePack) {
   absl::StatusOr<RankPlan> got = RankPlanFromStep(ThreeTaskPlan(), 2);
   ASSERT_TRUE(got.ok()) << got.status();

@@ -220,6 +220,32 @@ absl::StatusOr<StepStats> RankTrainer::ReferenceStep(
   return RunStep(whole, nullptr, options);
 }
 
+absl::StatusOr<std::vector<double>> RankTrainer::Rehearse(
+    const RankPlan& plan) {
+  if (plan.rank != options_.rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(plan), ": the plan is for rank ", plan.rank,
+                     ", this trainer is rank ", options_.rank));
+  }
+  ZeroGradients();
+  TaskOutcome outcome;
+  std::vector<double> seconds;
+  absl::Time task_start = options_.clock->Now();
+  absl::Status failure;
+  for (const RankTask& task : plan.tasks) {
+    absl::Status status = RunTask(plan, task, !failure.ok(), outcome);
+    const absl::Time task_end = options_.clock->Now();
+    seconds.push_back(absl::ToDoubleSeconds(task_end - task_start));
+    task_start = task_end;
+    if (failure.ok() && !status.ok()) {
+      failure = Annotate(status, WhereTask(plan, task));
+    }
+  }
+  ZeroGradients();
+  if (!failure.ok()) return failure;
+  return seconds;
+}
+
 absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
                                                c10d::ProcessGroup* world,
                                                const StepOptions& options) {
@@ -229,8 +255,14 @@ absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
   TaskOutcome outcome;
   absl::Status failure;
   int64_t failed_task = kNoFailure;
+  std::vector<double> task_seconds;
+  task_seconds.reserve(plan.tasks.size());
+  absl::Time task_start = start;
   for (const RankTask& task : plan.tasks) {
     absl::Status status = RunTask(plan, task, !failure.ok(), outcome);
+    const absl::Time task_end = options_.clock->Now();
+    task_seconds.push_back(absl::ToDoubleSeconds(task_end - task_start));
+    task_start = task_end;
     if (!failure.ok() || status.ok()) continue;
     failure = Annotate(status, WhereTask(plan, task));
     failed_task = task.task_index;
@@ -273,7 +305,10 @@ absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
       Finish(plan, world, outcome.loss, outcome.tokens, options);
   ZeroGradients();
   if (!stats.ok()) return Annotate(stats.status(), Where(plan));
-  stats->seconds = absl::ToDoubleSeconds(options_.clock->Now() - start);
+  const absl::Time end = options_.clock->Now();
+  stats->seconds = absl::ToDoubleSeconds(end - start);
+  stats->sync_seconds = absl::ToDoubleSeconds(end - task_start);
+  stats->task_seconds = std::move(task_seconds);
   return stats;
 }
 

@@ -46,8 +46,9 @@ struct RankTrainerOptions {
   /// "<session_id>/e<epoch>/dp", as dcp's agents do. Required when
   /// world_size > 1.
   std::string session_id;
-  /// What `StepStats.seconds` is measured on; null: the system clock. Not
-  /// owned.
+  /// What `StepStats` times are measured on; null: the system clock. A
+  /// `ProcessCpuClock` measures the rank's own work where ranks share
+  /// cores. Not owned.
   Clock* clock = nullptr;
 };
 
@@ -63,8 +64,15 @@ struct StepStats {
   double grad_norm = 0;
   /// Real tokens the world ran in the step.
   int64_t tokens = 0;
-  /// Wall time of the step on this rank.
+  /// Time of the whole step on this rank, on `RankTrainerOptions.clock`.
   double seconds = 0;
+  /// Parallel to the plan's tasks: each micro-step's forward and backward
+  /// (its collectives included), on the same clock.
+  std::vector<double> task_seconds;
+  /// What the step took after its last task: the world's agreement vote,
+  /// the gradient all-reduce and the optimizer step (what dcp's cost model
+  /// calls the gradient sync).
+  double sync_seconds = 0;
 };
 
 struct StepOptions {
@@ -115,6 +123,14 @@ class RankTrainer {
   /// parameters are then unchanged and the gradients cleared.
   absl::StatusOr<StepStats> Step(const RankPlan& plan,
                                  const StepOptions& options = {});
+
+  /// Runs this rank's tasks of `plan` (forward and backward, over their
+  /// groups) and drops the gradients: no world all-reduce, no optimizer
+  /// step, the parameters unchanged. Returns each task's seconds on the
+  /// trainer's clock, as `StepStats.task_seconds`. What the profile stage
+  /// times; every member of a task's group must rehearse it too. The
+  /// errors of `Step`, for this rank only (there is no world agreement).
+  absl::StatusOr<std::vector<double>> Rehearse(const RankPlan& plan);
 
   /// The whole step in this process: every task run whole (a group of one),
   /// with the plan's loss weights (or the same derived ones), then the same

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/synchronization/mutex.h"
 #include "comm/rendezvous_store.h"
+#include "common/clock.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -194,6 +196,56 @@ TEST(RankTrainerTest, LossIsTheTokenMeanOfTheStep) {
     squares += g.pow(2).sum().item<double>();
   }
   EXPECT_NEAR(stats->grad_norm, std::sqrt(squares), 1e-12);
+}
+
+// A clock that moves one second at every reading: the trainer reads it at
+// the start, after each task and at the end.
+class TickingClock : public Clock {
+ public:
+  absl::Time Now() override {
+    absl::MutexLock lock(&mu_);
+    now_ += absl::Seconds(1);
+    return now_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ = absl::UnixEpoch();
+};
+
+TEST(RankTrainerTest, TimesEachTaskAndTheStepsTail) {
+  TickingClock clock;
+  RankTrainerOptions options = Options(1, 0);
+  options.clock = &clock;
+  std::unique_ptr<RankTrainer> trainer = MakeTrainer(options);
+  ASSERT_NE(trainer, nullptr);
+  const RankPlan plan = PlanOf(MakePlan(kLocalTasks), 0);
+  absl::StatusOr<StepStats> stats = trainer->Step(plan);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->task_seconds.size(), plan.tasks.size());
+  for (double s : stats->task_seconds) EXPECT_EQ(s, 1.0);
+  EXPECT_EQ(stats->sync_seconds, 1.0);
+  EXPECT_EQ(stats->seconds, static_cast<double>(plan.tasks.size()) + 1.0);
+}
+
+TEST(RankTrainerTest, RehearseTimesTheTasksAndLeavesTheParameters) {
+  TickingClock clock;
+  RankTrainerOptions options = Options(1, 0);
+  options.clock = &clock;
+  std::unique_ptr<RankTrainer> trainer = MakeTrainer(options);
+  ASSERT_NE(trainer, nullptr);
+  const std::vector<at::Tensor> before = Snapshot(*trainer);
+  const RankPlan plan = PlanOf(MakePlan(kLocalTasks), 0);
+  absl::StatusOr<std::vector<double>> seconds = trainer->Rehearse(plan);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(*seconds, std::vector<double>(plan.tasks.size(), 1.0));
+  EXPECT_TRUE(Equal(Snapshot(*trainer), before));
+  for (const at::Tensor& p : trainer->model().parameters()) {
+    EXPECT_FALSE(p.grad().defined());
+  }
+  RankPlan other = plan;
+  other.rank = 1;
+  EXPECT_FALSE(trainer->Rehearse(other).ok());
 }
 
 TEST(RankTrainerTest, StepMovesTheParametersAndClearsTheGradients) {

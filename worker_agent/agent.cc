@@ -108,10 +108,12 @@ absl::Status Agent::StartStreams() {
   reader.max_backoff = options_.max_backoff;
   reader.rpc_timeout = options_.rpc_timeout;
   reader.clock = clock_;
-  reader.on_groups = [this](int64_t epoch,
-                            const std::vector<v1::CommGroup>& groups) {
-    WarmGroups(epoch, groups);
-  };
+  if (options_.warm_groups) {
+    reader.on_groups = [this](int64_t epoch,
+                              const std::vector<v1::CommGroup>& groups) {
+      WarmGroups(epoch, groups);
+    };
+  }
   if (options_.run_profile) {
     reader.on_profile = [this](const v1::ProfileRequest& request) {
       profiles_->Handle(request);
@@ -250,6 +252,10 @@ absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
                                               CommPurpose::kDataParallel));
   return cache_->Get(
       key, absl::StrCat(registration().session_id(), "/e", epoch, "/dp"));
+}
+
+RendezvousStoreInterface* Agent::rendezvous_store() const {
+  return store_.get();
 }
 
 AgentStats Agent::Stats() const {

@@ -150,6 +150,11 @@ class Agent {
 
   AgentStats Stats() const;
 
+  /// The scheduler's rendezvous store (keys of this session), for a trainer
+  /// that forms its own process groups; `Shutdown` cancels its waits. Owned
+  /// by the agent; valid while it lives.
+  RendezvousStoreInterface* rendezvous_store() const;
+
   /// The scheduler's answer to the first registration (session, world size,
   /// model).
   const v1::RegisterResponse& registration() const;

@@ -12,15 +12,20 @@
 // serve:   a dcp.v1.Agent gRPC server on a Unix-domain socket for the
 //          trainer (client_lib's sidecar mode); exits 0 once the trainer
 //          has been told the job is drained.
-// execute: runs each step itself on the CPU (the Ulysses attention layer of
-//          the model over Gloo, worker_agent/task_executor.h), reports the
-//          timings and appends one JSON line per task (and one per step) to
-//          --log_file; exits 0 when the job is drained.
+// execute: trains the model on each step itself, on the CPU
+//          (worker_agent/model_executor.h: the transformer of train/,
+//          Ulysses sequence parallelism over c10d Gloo groups, the plan's
+//          recompute and micro-steps, the world's gradient all-reduce,
+//          AdamW), reports the timings and appends one JSON line per task
+//          (and one per step, with its loss) to --log_file; exits 0 when
+//          the job is drained. --task_clock=cpu times each rank's own CPU
+//          work, for ranks that share a host's cores.
 //
 // Both modes answer the scheduler's start-up profile (--profile_at_start):
-// the agent runs the model's Ulysses attention layer over the request's
-// grid itself, on the CPU over Gloo (TaskExecutor::RunProfile), before any
-// step arrives. That needs the model's shape: --model_config, else --model,
+// the agent times real forward and backward passes of the model over the
+// request's grid itself, on the CPU over Gloo, with their peak memory
+// (ModelExecutor::RunProfile), before any step arrives. That needs the
+// model's shape: --model_config, else --model,
 // else the scheduler's model when it is built in. Execute mode cannot run
 // without it and fails at start-up; serve mode needs it only for the
 // profile, so it keeps serving and skips the profile with a warning (the
@@ -54,13 +59,14 @@
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
 #include "common/model_spec.h"
+#include "common/process_memory.h"
 #include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_metrics.h"
 #include "worker_agent/agent_service.h"
 #include "worker_agent/execute_loop.h"
-#include "worker_agent/task_executor.h"
+#include "worker_agent/model_executor.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051",
           "host:port of the dcp-scheduler.");
@@ -82,9 +88,17 @@ ABSL_FLAG(std::string, model_config, "",
 ABSL_FLAG(int64_t, token_scale, 64,
           "Execute mode and the profile: sequence lengths are divided by "
           "this (rounded up) so that GPU-sized plans run fast on a CPU.");
-ABSL_FLAG(int, layers, 0,
-          "Execute mode and the profile: attention layers run per task (0: "
-          "the model's).");
+ABSL_FLAG(std::string, task_clock, "wall",
+          "Execute mode and the profile: what tasks are timed on. wall: the "
+          "system clock; cpu: this process's CPU time (the rank's own work, "
+          "for ranks that share a host's cores).");
+ABSL_FLAG(int, torch_threads, 1,
+          "Execute mode and the profile: torch's intra-op threads (0: "
+          "torch's default).");
+ABSL_FLAG(uint64_t, train_seed, 0,
+          "Execute mode: seed of the initial weights and of the synthetic "
+          "corpus (every rank of a job must use the same).");
+ABSL_FLAG(double, learning_rate, 1e-3, "Execute mode: AdamW's learning rate.");
 ABSL_FLAG(std::string, log_file, "",
           "Execute mode: append one JSON line per task and per step here.");
 ABSL_FLAG(int64_t, max_steps, 0,
@@ -99,13 +113,6 @@ ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
 ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the scheduler at start-up.");
-ABSL_FLAG(bool, sync_gradients, true,
-          "Execute mode: close every step with a gradient sync, an "
-          "all-reduce over the whole world's data-parallel group, timed and "
-          "reported as the step's sync_seconds.");
-ABSL_FLAG(int64_t, gradient_floats, 0,
-          "Execute mode: floats the gradient sync all-reduces (0: the "
-          "model's parameters divided by --token_scale, as the lengths are).");
 ABSL_FLAG(bool, report_stream, true,
           "Send timing reports on one StreamReports stream (false: a "
           "ReportTimings call per step).");
@@ -157,22 +164,46 @@ absl::Status CheckModelFlags() {
   return absl::OkStatus();
 }
 
-/// The executor of a profile run.
-absl::StatusOr<std::unique_ptr<TaskExecutor>> MakeExecutor(const Agent& agent) {
-  ASSIGN_OR_RETURN(ModelSpec model, ModelToRun(agent.registration().model()));
-  return TaskExecutor::Create(
-      ExecutorOptionsFor(model, agent.rank(), absl::GetFlag(FLAGS_layers),
-                         absl::GetFlag(FLAGS_token_scale)));
+/// What tasks are timed on (--task_clock).
+absl::StatusOr<Clock*> TaskClock() {
+  static ProcessCpuClock* const cpu = new ProcessCpuClock();
+  const std::string name = absl::GetFlag(FLAGS_task_clock);
+  if (name == "wall") return RealClock::Default();
+  if (name == "cpu") return cpu;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--task_clock must be wall or cpu, not '", name, "'"));
 }
 
-/// Both modes' answer to the scheduler's ProfileRequest: the executor's
-/// grid run (worker_agent/task_executor.h), on the agent's reader thread,
-/// before any step arrives. Without the model's shape the profile is
-/// skipped with a warning (see the file comment).
+/// The model executor's options from the flags, for `agent`'s rank.
+absl::StatusOr<ModelExecutorOptions> ExecutorOptions(const Agent& agent) {
+  ModelExecutorOptions options;
+  ASSIGN_OR_RETURN(options.model, ModelToRun(agent.registration().model()));
+  options.rank = agent.rank();
+  options.world_size = agent.registration().world_size();
+  options.session_id = agent.registration().session_id();
+  options.token_scale = absl::GetFlag(FLAGS_token_scale);
+  options.seed = absl::GetFlag(FLAGS_train_seed);
+  options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.group_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  options.hostname = absl::GetFlag(FLAGS_gloo_hostname);
+  options.torch_threads = absl::GetFlag(FLAGS_torch_threads);
+  ASSIGN_OR_RETURN(options.clock, TaskClock());
+  return options;
+}
+
+/// Both modes' answer to the scheduler's ProfileRequest: real forward and
+/// backward passes over the grid (worker_agent/model_executor.h), on the
+/// agent's reader thread, before any step arrives, by an executor of its
+/// own (its groups meet under the request's prefixes). Without the model's
+/// shape the profile is skipped with a warning (see the file comment).
 absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
                                        const v1::ProfileRequest& request,
-                                       const GroupResolver& groups) {
-  absl::StatusOr<std::unique_ptr<TaskExecutor>> made = MakeExecutor(agent);
+                                       const GroupResolver& /*groups*/) {
+  absl::StatusOr<std::unique_ptr<ModelExecutor>> made =
+      [&]() -> absl::StatusOr<std::unique_ptr<ModelExecutor>> {
+    ASSIGN_OR_RETURN(ModelExecutorOptions options, ExecutorOptions(agent));
+    return ModelExecutor::Create(std::move(options), agent.rendezvous_store());
+  }();
   if (!made.ok()) {
     std::fprintf(stderr,
                  "%s dcp-agent rank %d: warning: not answering the "
@@ -182,9 +213,10 @@ absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
                  std::string(made.status().message()).c_str());
     return made.status();
   }
-  std::unique_ptr<TaskExecutor> executor = *std::move(made);
+  // Peak memory per grid point needs freed memory to leave the process.
+  MakeResidentMemoryFollowAllocations();
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::Profile> profile = executor->RunProfile(request, groups);
+  absl::StatusOr<v1::Profile> profile = (*made)->RunProfile(request);
   if (profile.ok()) {
     std::fprintf(stderr, "%s dcp-agent rank %d: profiled %d entries in %s\n",
                  Now().c_str(), agent.rank(), profile->entries_size(),
@@ -203,32 +235,22 @@ absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
 absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
                      AgentMetrics* metrics) {
   ExecuteLoopOptions options;
-  ASSIGN_OR_RETURN(options.model, ModelToRun(agent.registration().model()));
-  options.rank = agent.rank();
-  options.world_size = agent.registration().world_size();
-  options.layers = absl::GetFlag(FLAGS_layers);
-  options.token_scale = absl::GetFlag(FLAGS_token_scale);
+  ASSIGN_OR_RETURN(options.executor, ExecutorOptions(agent));
   options.log_file = absl::GetFlag(FLAGS_log_file);
   options.max_steps = absl::GetFlag(FLAGS_max_steps);
   options.step_timeout = absl::GetFlag(FLAGS_step_timeout);
-  options.sync_gradients = absl::GetFlag(FLAGS_sync_gradients);
-  options.gradient_floats = absl::GetFlag(FLAGS_gradient_floats);
   options.metrics = metrics;
   options.stopped = [&watcher] { return watcher.signalled(); };
   AgentStepSource source(&agent);
   ASSIGN_OR_RETURN(const ExecuteSummary done, RunExecuteLoop(source, options));
-  const AgentStats stats = agent.Stats();
   std::fprintf(stderr,
                "%s dcp-agent rank %d: done after %lld steps (last %lld); "
-               "groups: %lld warmed, %lld cache hits, %lld misses; %lld "
-               "reconnects\n",
+               "loss %.4f -> %.4f; %lld reconnects\n",
                Now().c_str(), agent.rank(),
                static_cast<long long>(done.executed),
-               static_cast<long long>(done.last_step),
-               static_cast<long long>(stats.groups_warmed),
-               static_cast<long long>(stats.cache_hits),
-               static_cast<long long>(stats.cache_misses),
-               static_cast<long long>(stats.reconnects));
+               static_cast<long long>(done.last_step), done.first_loss,
+               done.last_loss,
+               static_cast<long long>(agent.Stats().reconnects));
   return absl::OkStatus();
 }
 
@@ -296,6 +318,9 @@ absl::Status Run() {
   options.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
   options.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  // Execute mode trains on c10d groups of its own: the agent forms none.
+  options.warm_groups = mode != "execute";
+  RETURN_IF_ERROR(TaskClock().status());
   // Both modes profile here, before the first step (serve mode before its
   // trainer gets one).
   options.run_profile = RunProfile;
@@ -350,7 +375,9 @@ int main(int argc, char** argv) {
       "  dcp-agent --scheduler=HOST:PORT --rank=R --world_size=N "
       "[--mode=execute|serve]\n"
       "    [--socket=PATH] [--model_config=FILE] [--token_scale=K] "
-      "[--log_file=FILE] [--max_steps=S]\n"
+      "[--task_clock=wall|cpu]\n"
+      "    [--log_file=FILE] [--max_steps=S] [--train_seed=S] "
+      "[--learning_rate=LR]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
   absl::ParseCommandLine(argc, argv);
   // As in dcp-scheduler: Debian's Abseil has the mutex deadlock detector

@@ -48,9 +48,14 @@ absl::Status AgentMetrics::RegisterExecuteFamilies() {
   ASSIGN_OR_RETURN(
       step_seconds_,
       r.AddHistogram("dcp_agent_step_seconds",
-                     "Wall time of each step this rank ran, its tasks and "
-                     "their group checks.",
+                     "Wall time of each step this rank trained: its tasks, the "
+                     "gradient all-reduce and the optimizer step.",
                      seconds_buckets));
+  ASSIGN_OR_RETURN(
+      training_loss_,
+      r.AddGauge("dcp_agent_training_loss",
+                 "Loss of the last step this rank trained (over the global "
+                 "batch: the same on every rank)."));
 
   return absl::OkStatus();
 }
@@ -163,6 +168,7 @@ void AgentMetrics::OnStepExecuted(const StepExecution& step,
     task_seconds_->Observe(task.seconds);
   }
   step_seconds_->Observe(absl::ToDoubleSeconds(wall_time));
+  training_loss_->Set(step.loss);
 }
 
 void AgentMetrics::TakeSnapshot() {

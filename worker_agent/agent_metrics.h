@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "common/metrics/metrics.h"
 #include "worker_agent/agent.h"
-#include "worker_agent/task_executor.h"
+#include "worker_agent/step_execution.h"
 
 namespace dcp {
 
@@ -82,6 +82,7 @@ class AgentMetrics {
   Counter* tasks_executed_ = nullptr;
   Histogram* task_seconds_ = nullptr;
   Histogram* step_seconds_ = nullptr;
+  Gauge* training_loss_ = nullptr;
 
   absl::Mutex mu_;
   std::function<AgentStats()> source_ ABSL_GUARDED_BY(mu_);

@@ -56,8 +56,13 @@ struct AgentOptions {
   /// can lag behind (the scheduler's look-ahead of steps).
   absl::Duration rendezvous_timeout = absl::Seconds(120);
   /// Steps received ahead of the caller and kept in memory; their groups are
-  /// warmed as they arrive. At least 1.
+  /// warmed as they arrive (see `warm_groups`). At least 1.
   int prefetch_depth = 4;
+  /// Form the communicators of each step's groups as the step arrives, so
+  /// that `Group` finds them ready. False for a trainer that forms its own
+  /// groups (c10d process groups, train/process_groups.h) through
+  /// `Agent::rendezvous_store()` and never calls `Group`.
+  bool warm_groups = true;
   /// How long `Start` waits for the scheduler to answer the first Register
   /// (it may still be starting).
   absl::Duration connect_timeout = absl::Seconds(30);

@@ -8,14 +8,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "comm/communicator.h"
+#include "comm/rendezvous_store.h"
 #include "common/clock.h"
-#include "common/model_spec.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_metrics.h"
-#include "worker_agent/task_executor.h"
+#include "worker_agent/model_executor.h"
 
 namespace dcp {
 
@@ -26,9 +25,11 @@ class StepSourceInterface {
   virtual ~StepSourceInterface() = default;
   virtual absl::StatusOr<NextStepResult> NextStep(int64_t after_step,
                                                   absl::Duration timeout) = 0;
-  virtual absl::StatusOr<Communicator*> Group(const v1::CommGroup& group) = 0;
-  virtual absl::StatusOr<Communicator*> DataParallelGroup() = 0;
   virtual absl::Status ReportTimings(const v1::TimingReport& report) = 0;
+  /// Where the trainer's process groups meet, and the session they are
+  /// named after.
+  virtual RendezvousStoreInterface* rendezvous_store() = 0;
+  virtual std::string session_id() = 0;
 };
 
 /// An `Agent` as a step source. Does not own it.
@@ -40,14 +41,14 @@ class AgentStepSource final : public StepSourceInterface {
                                           absl::Duration timeout) override {
     return agent_->NextStep(after_step, timeout);
   }
-  absl::StatusOr<Communicator*> Group(const v1::CommGroup& group) override {
-    return agent_->Group(group);
-  }
-  absl::StatusOr<Communicator*> DataParallelGroup() override {
-    return agent_->DataParallelGroup();
-  }
   absl::Status ReportTimings(const v1::TimingReport& report) override {
     return agent_->ReportTimings(report);
+  }
+  RendezvousStoreInterface* rendezvous_store() override {
+    return agent_->rendezvous_store();
+  }
+  std::string session_id() override {
+    return agent_->registration().session_id();
   }
 
  private:
@@ -56,34 +57,23 @@ class AgentStepSource final : public StepSourceInterface {
 
 /// Configuration of `RunExecuteLoop` (dcp-agent's execute mode).
 struct ExecuteLoopOptions {
-  /// The model whose Ulysses attention layer each task runs. Required.
-  ModelSpec model;
-  /// This rank, and the job's world (a gradient sync needs two ranks).
-  int rank = -1;
-  int world_size = 1;
-  /// Attention layers run per task; 0: the model's.
-  int layers = 0;
-  /// Sequence lengths are divided by this (rounded up), so that GPU-sized
-  /// plans run fast on a CPU. At least 1.
-  int64_t token_scale = 64;
-  /// Where one JSON line per task and per step is appended; empty: none.
+  /// The model, rank, world and training settings (model_executor.h); its
+  /// session_id is taken from the source.
+  ModelExecutorOptions executor;
+  /// Where one JSON line per task and per step is appended
+  /// (`FormatExecutionLog`); empty: none.
   std::string log_file;
   /// Stop after this many steps; 0: run until drained.
   int64_t max_steps = 0;
   /// How long to wait for each next step.
   absl::Duration step_timeout = absl::Minutes(10);
-  /// Close every step with an all-reduce of `gradient_floats` floats (0:
-  /// the model's parameters divided by `token_scale`) over the world's
-  /// data-parallel group, reported as the step's sync_seconds.
-  bool sync_gradients = true;
-  int64_t gradient_floats = 0;
   /// Counts the executed steps; null: none. Not owned.
   AgentMetrics* metrics = nullptr;
   /// Whether the agent was stopped on purpose (a signal): a failed NextStep
   /// then ends the loop CANCELLED. Empty: never.
   std::function<bool()> stopped;
-  /// Times the steps and the gradient sync. Null: the system clock. Not
-  /// owned.
+  /// Times the steps for the metrics (wall time). Null: the system clock.
+  /// Not owned.
   Clock* clock = nullptr;
 };
 
@@ -92,22 +82,21 @@ struct ExecuteSummary {
   int64_t executed = 0;
   /// The last step run; -1 if none.
   int64_t last_step = -1;
+  /// The loss of the first and of the last step run (0 when none).
+  double first_loss = 0;
+  double last_loss = 0;
 };
 
-/// The options of the executor that runs `model` on `rank` (the execute
-/// loop's, and a profile run's).
-TaskExecutorOptions ExecutorOptionsFor(const ModelSpec& model, int rank,
-                                       int layers, int64_t token_scale);
-
-/// Runs each step of `source` until the drain (or `max_steps`): the step's
-/// tasks with a `TaskExecutor` over its groups, the gradient sync, the log
-/// lines, then its timings reported. INVALID_ARGUMENT for bad options or
-/// a log file that cannot be opened; the first failing step, group or
-/// report otherwise. Blocks; thread-compatible.
+/// Trains on each step of `source` until the drain (or `max_steps`): the
+/// step with a `ModelExecutor` (its tasks, the gradient all-reduce, the
+/// optimizer step), the log lines, then its timings reported.
+/// INVALID_ARGUMENT for bad options or a log file that cannot be opened;
+/// the first failing step or report otherwise. Blocks; thread-compatible.
 ///
 ///   ExecuteLoopOptions options;
-///   options.model = model;
-///   options.rank = agent->rank();
+///   options.executor.model = model;
+///   options.executor.rank = agent->rank();
+///   options.executor.world_size = world;
 ///   AgentStepSource source(agent.get());
 ///   ASSIGN_OR_RETURN(ExecuteSummary done, RunExecuteLoop(source, options));
 absl::StatusOr<ExecuteSummary> RunExecuteLoop(

@@ -7,11 +7,12 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "comm/fake_communicator.h"
+#include "comm/rendezvous_store.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -24,12 +25,13 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 /// Hands out the steps it was given, then the drain (or `end`), and keeps
-/// the reports.
+/// the reports. Its groups meet in `store`.
 class ScriptedSource final : public StepSourceInterface {
  public:
-  explicit ScriptedSource(std::vector<v1::RankStep> steps,
-                          absl::Status end = absl::OkStatus())
-      : steps_(steps.begin(), steps.end()), end_(std::move(end)) {}
+  ScriptedSource(std::vector<v1::RankStep> steps,
+                 RendezvousStoreInterface* store,
+                 absl::Status end = absl::OkStatus())
+      : steps_(steps.begin(), steps.end()), store_(store), end_(std::move(end)) {}
 
   absl::StatusOr<NextStepResult> NextStep(int64_t after_step,
                                           absl::Duration timeout) override {
@@ -44,59 +46,73 @@ class ScriptedSource final : public StepSourceInterface {
     steps_.pop_front();
     return result;
   }
-  absl::StatusOr<Communicator*> Group(const v1::CommGroup& group) override {
-    return absl::InternalError("no group expected");
-  }
-  absl::StatusOr<Communicator*> DataParallelGroup() override {
-    ++dp_groups_asked;
-    return world_[0].get();
-  }
   absl::Status ReportTimings(const v1::TimingReport& report) override {
     reports.push_back(report);
     return absl::OkStatus();
   }
+  RendezvousStoreInterface* rendezvous_store() override { return store_; }
+  std::string session_id() override { return "sess"; }
 
   std::vector<int64_t> asked_after;
   std::vector<v1::TimingReport> reports;
-  int dp_groups_asked = 0;
 
  private:
   std::deque<v1::RankStep> steps_;
+  RendezvousStoreInterface* const store_;
   const absl::Status end_;
-  std::vector<std::unique_ptr<FakeCommunicator>> world_ =
-      FakeCommunicator::Group(1);
 };
 
-/// Step `index` of rank 0: one task on rank 0 alone.
-v1::RankStep StepOf(int64_t index) {
+/// Step `index` of `rank`: one task of 64 tokens on `ranks` (a group when
+/// more than one).
+v1::RankStep StepOf(int64_t index, int rank = 0,
+                    const std::vector<int>& ranks = {0}) {
   v1::RankStep step;
   step.set_epoch(0);
   step.set_step(index);
-  step.set_rank(0);
+  step.set_rank(rank);
+  step.set_total_tokens(64);
   v1::Task& task = *step.add_tasks();
-  task.set_task_index(static_cast<int>(index));
-  task.add_ranks(0);
+  task.set_task_index(0);
+  for (int r : ranks) task.add_ranks(r);
   task.add_samples(index);
   task.add_lengths(64);
+  if (ranks.size() > 1) {
+    task.set_group_id(1);
+    v1::CommGroup& group = *step.add_groups();
+    group.set_id(1);
+    for (int r : ranks) group.add_ranks(r);
+    group.set_rendezvous_prefix("sess/e0/s" + std::to_string(index) + "/g1");
+  }
   return step;
 }
 
-ExecuteLoopOptions Options() {
+ExecuteLoopOptions Options(int rank = 0, int world = 1) {
   ExecuteLoopOptions options;
-  options.model.name = "tiny";
-  options.model.layers = 1;
-  options.model.hidden = 32;
-  options.model.heads = 4;
-  options.model.kv_heads = 4;
-  options.model.ffn = 64;
-  options.model.vocab = 100;
-  options.rank = 0;
-  options.token_scale = 16;
+  ModelSpec& model = options.executor.model;
+  model.name = "tiny";
+  model.layers = 1;
+  model.hidden = 32;
+  model.heads = 4;
+  model.kv_heads = 4;
+  model.ffn = 64;
+  model.vocab = 100;
+  model.causal = true;
+  options.executor.rank = rank;
+  options.executor.world_size = world;
+  options.executor.token_scale = 4;
+  options.executor.group_timeout = absl::Seconds(30);
   return options;
 }
 
-TEST(ExecuteLoopTest, RunsAndReportsEveryStepUntilTheDrain) {
-  ScriptedSource source({StepOf(0), StepOf(1), StepOf(2)});
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+TEST(ExecuteLoopTest, TrainsAndReportsEveryStepUntilTheDrain) {
+  InMemoryRendezvousStore store;
+  ScriptedSource source({StepOf(0), StepOf(1), StepOf(2)}, &store);
   ExecuteLoopOptions options = Options();
   options.log_file = ::testing::TempDir() + "/execute_loop_test.jsonl";
   std::remove(options.log_file.c_str());
@@ -104,25 +120,27 @@ TEST(ExecuteLoopTest, RunsAndReportsEveryStepUntilTheDrain) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->executed, 3);
   EXPECT_EQ(done->last_step, 2);
+  EXPECT_GT(done->first_loss, 0);
   // Each ask is after the step run last.
   EXPECT_THAT(source.asked_after, ElementsAre(-1, 0, 1, 2));
   ASSERT_EQ(source.reports.size(), 3u);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(source.reports[i].step(), i);
     ASSERT_EQ(source.reports[i].tasks_size(), 1);
+    // The plan's tokens, not the scaled ones the CPU ran.
+    EXPECT_EQ(source.reports[i].tasks(0).tokens(), 64);
     EXPECT_GT(source.reports[i].tasks(0).seconds(), 0);
+    EXPECT_GT(source.reports[i].sync_seconds(), 0);
   }
-  // A world of one rank has no gradient sync.
-  EXPECT_EQ(source.dp_groups_asked, 0);
-  std::ifstream log(options.log_file);
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
+  const std::string text = ReadAll(options.log_file);
   // One task line and one step line a step.
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 6) << text;
+  EXPECT_THAT(text, HasSubstr("\"loss\":"));
 }
 
 TEST(ExecuteLoopTest, StopsAfterMaxSteps) {
-  ScriptedSource source({StepOf(0), StepOf(1), StepOf(2)});
+  InMemoryRendezvousStore store;
+  ScriptedSource source({StepOf(0), StepOf(1), StepOf(2)}, &store);
   ExecuteLoopOptions options = Options();
   options.max_steps = 2;
   absl::StatusOr<ExecuteSummary> done = RunExecuteLoop(source, options);
@@ -131,49 +149,66 @@ TEST(ExecuteLoopTest, StopsAfterMaxSteps) {
   EXPECT_EQ(source.reports.size(), 2u);
 }
 
-TEST(ExecuteLoopTest, SyncsTheGradientInAWorldOfTwo) {
-  ScriptedSource source({StepOf(0), StepOf(1)});
-  ExecuteLoopOptions options = Options();
-  options.world_size = 2;
-  options.gradient_floats = 8;
-  absl::StatusOr<ExecuteSummary> done = RunExecuteLoop(source, options);
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(source.dp_groups_asked, 2);
-  options.sync_gradients = false;
-  ScriptedSource unsynced({StepOf(0)});
-  ASSERT_TRUE(RunExecuteLoop(unsynced, options).ok());
-  EXPECT_EQ(unsynced.dp_groups_asked, 0);
+// Two ranks share each task (Ulysses over a Gloo group of two) and sum
+// their gradients: both see the same loss every step.
+TEST(ExecuteLoopTest, AWorldOfTwoTrainsTogether) {
+  InMemoryRendezvousStore store;
+  std::vector<std::unique_ptr<ScriptedSource>> sources;
+  for (int rank = 0; rank < 2; ++rank) {
+    sources.push_back(std::make_unique<ScriptedSource>(
+        std::vector<v1::RankStep>{StepOf(0, rank, {0, 1}),
+                                  StepOf(1, rank, {0, 1})},
+        &store));
+  }
+  std::vector<absl::StatusOr<ExecuteSummary>> done(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      done[rank] = RunExecuteLoop(*sources[rank], Options(rank, 2));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(done[rank].ok()) << "rank " << rank << ": " << done[rank].status();
+    EXPECT_EQ(done[rank]->executed, 2);
+    ASSERT_EQ(sources[rank]->reports.size(), 2u);
+    EXPECT_EQ(sources[rank]->reports[0].tasks(0).group_size(), 2);
+  }
+  EXPECT_EQ(done[0]->last_loss, done[1]->last_loss);
 }
 
 TEST(ExecuteLoopTest, AFailedNextStepEndsTheLoopCancelledWhenStopped) {
-  ScriptedSource lost({StepOf(0)}, absl::UnavailableError("stream lost"));
+  InMemoryRendezvousStore store;
+  ScriptedSource lost({StepOf(0)}, &store, absl::UnavailableError("lost"));
   ExecuteLoopOptions options = Options();
   absl::Status status = RunExecuteLoop(lost, options).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(lost.reports.size(), 1u);
 
-  ScriptedSource stopped({}, absl::UnavailableError("shut down"));
+  ScriptedSource stopped({}, &store, absl::UnavailableError("shut down"));
   options.stopped = [] { return true; };
   EXPECT_EQ(RunExecuteLoop(stopped, options).status().code(),
             absl::StatusCode::kCancelled);
 }
 
 TEST(ExecuteLoopTest, RejectsBadOptions) {
-  ScriptedSource source({StepOf(0)});
+  InMemoryRendezvousStore store;
+  ScriptedSource source({StepOf(0)}, &store);
   ExecuteLoopOptions options = Options();
   options.log_file = "/nonexistent-dcp-dir/log.jsonl";
   absl::Status status = RunExecuteLoop(source, options).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("log_file"));
   options = Options();
-  options.world_size = 2;
-  options.gradient_floats = -1;
+  options.executor.token_scale = 0;
   EXPECT_EQ(RunExecuteLoop(source, options).status().code(),
             absl::StatusCode::kInvalidArgument);
   options = Options();
-  options.model.heads = 0;
+  options.executor.model.heads = 0;
   EXPECT_EQ(RunExecuteLoop(source, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(source.reports.empty());
 }
 
 }  // namespace

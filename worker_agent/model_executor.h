@@ -1,0 +1,132 @@
+#ifndef DCP_WORKER_AGENT_MODEL_EXECUTOR_H_
+#define DCP_WORKER_AGENT_MODEL_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/rendezvous_store.h"
+#include "common/clock.h"
+#include "common/model_spec.h"
+#include "proto/plan.pb.h"
+#include "proto/scheduler_service.pb.h"
+#include "worker_agent/step_execution.h"
+
+namespace dcp {
+
+class ProcessGroups;
+struct RankPlan;
+namespace train {
+class RankTrainer;
+}  // namespace train
+
+/// Configuration of a `ModelExecutor`. Plain value type.
+struct ModelExecutorOptions {
+  /// The model to train (train/transformer.h builds it from the spec: the
+  /// decoder when `causal`, the DiT variant otherwise). Required.
+  ModelSpec model;
+  /// This rank and the job's world. rank >= 0, world_size >= 1.
+  int rank = -1;
+  int world_size = 1;
+  /// The scheduler's session: the world's gradient all-reduce meets under
+  /// "<session_id>/e<epoch>/dp". Required when world_size > 1.
+  std::string session_id;
+  /// Divisor of every sequence length (ceil(L / k), at least one token), so
+  /// that plans made for GPUs train in seconds on a CPU. Reports carry the
+  /// plan's tokens; their seconds are what the scaled tasks took. >= 1.
+  int64_t token_scale = 64;
+  /// Train in float64 instead of float32.
+  bool float64 = false;
+  /// Seeds the initial weights and the synthetic corpus: every rank of a
+  /// job must use the same.
+  uint64_t seed = 0;
+  double learning_rate = 1e-3;
+  /// Bound on forming a process group and on each of its collectives.
+  absl::Duration group_timeout = absl::Seconds(120);
+  /// Address this rank's Gloo device listens on and advertises.
+  std::string hostname = "127.0.0.1";
+  /// Sets torch's intra-op threads of this process (at::set_num_threads)
+  /// when positive: 1 where several ranks share a host's cores. 0 leaves
+  /// torch's own choice.
+  int torch_threads = 0;
+  /// What tasks and steps are timed on: the system clock when null; a
+  /// `ProcessCpuClock` counts the rank's own work only, for ranks that
+  /// share cores. Not owned.
+  Clock* clock = nullptr;
+};
+
+/// Trains one rank of a dcp job on the CPU, as dcp-agent's execute mode
+/// does: each step of the plan stream is the rank's `RankPlan`
+/// (train/rank_plan.h), scaled by `token_scale`, run by a `RankTrainer`
+/// (forward, backward with the plan's recompute, Ulysses sequence
+/// parallelism over each task's c10d Gloo group, the world's gradient
+/// all-reduce, AdamW), and becomes the timing report the scheduler learns
+/// from. The groups meet through `store` (the scheduler's rendezvous store)
+/// and are cached for the executor's life.
+///
+/// Also runs the scheduler's start-up "data profile": real forward and
+/// backward passes over the request's grid, timed, with their peak
+/// resident memory.
+///
+/// Thread-compatible: one call at a time.
+///
+///   ASSIGN_OR_RETURN(std::unique_ptr<ModelExecutor> executor,
+///                    ModelExecutor::Create(options, agent->rendezvous_store()));
+///   ASSIGN_OR_RETURN(StepExecution done, executor->RunStep(step));
+///   RETURN_IF_ERROR(agent->ReportTimings(done.report));
+class ModelExecutor {
+ public:
+  /// INVALID_ARGUMENT naming a bad option or a model the trainer cannot
+  /// build; UNAVAILABLE when the Gloo device cannot be created. `store` is
+  /// not owned and must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<ModelExecutor>> Create(
+      ModelExecutorOptions options, RendezvousStoreInterface* store);
+
+  ~ModelExecutor();
+  ModelExecutor(const ModelExecutor&) = delete;
+  ModelExecutor& operator=(const ModelExecutor&) = delete;
+
+  /// Trains this rank's part of `step` (every rank of the world must run
+  /// the same step). INVALID_ARGUMENT naming the rank, step and task for a
+  /// plan the rank cannot run (the other ranks then fail ABORTED, none
+  /// takes the optimizer step); DEADLINE_EXCEEDED / UNAVAILABLE when a
+  /// peer is missing.
+  absl::StatusOr<StepExecution> RunStep(const v1::RankStep& step);
+
+  /// The profile grid on this rank: for each group size of `request` (in
+  /// order), on the request's group of that size holding this rank (alone
+  /// for 1), for each length and then each recompute ratio, one sequence of
+  /// that length (scaled like a task's) forward and backward,
+  /// `repetitions` times; an entry's seconds are the median, its
+  /// memory_bytes the largest rise of resident memory over the runs. Only a
+  /// group's first rank returns entries (every rank for size 1).
+  /// INVALID_ARGUMENT for a size that does not divide the heads or has no
+  /// group holding this rank.
+  absl::StatusOr<v1::Profile> RunProfile(const v1::ProfileRequest& request);
+
+  const ModelExecutorOptions& options() const { return options_; }
+
+ private:
+  ModelExecutor(ModelExecutorOptions options,
+                std::unique_ptr<ProcessGroups> groups,
+                std::unique_ptr<train::RankTrainer> trainer);
+
+  // Forms the groups of `plan`'s tasks in task order (as every member
+  // does), so that their formation is not timed as the tasks'.
+  absl::Status FormGroups(const RankPlan& plan);
+  // One grid point of the profile: seconds (median) and peak bytes.
+  absl::StatusOr<v1::ProfileEntry> ProfilePoint(const v1::ProfileRequest& request,
+                                                const v1::CommGroup* group,
+                                                int64_t length, double recompute,
+                                                int64_t sample);
+
+  const ModelExecutorOptions options_;
+  const std::unique_ptr<ProcessGroups> groups_;
+  const std::unique_ptr<train::RankTrainer> trainer_;
+};
+
+}  // namespace dcp
+
+#endif  // DCP_WORKER_AGENT_MODEL_EXECUTOR_H_
