@@ -8,11 +8,14 @@
 #   2. runs a small live job on this machine: a dcp-scheduler on 127.0.0.1
 #      over data/lengths/code.txt for the tiny model of
 #      data/models/tiny-llama.json, world 8 (4 "GPUs" per node), and eight
-#      dcp-agents in execute mode that run each step's Ulysses attention on
-#      the CPU over Gloo and report their timings. The scheduler's log is
+#      dcp-agents in execute mode that train that model on the CPU under
+#      the plans (train/: Ulysses sequence parallelism over c10d Gloo
+#      groups, the plans' recompute and micro-steps, the gradient
+#      all-reduce, AdamW) and report their timings. The scheduler's log is
 #      streamed: one line per planned step (tokens, tasks, predicted
-#      seconds) and one per refit of its cost model (its error shrinking as
-#      the measured timings come in);
+#      seconds) and one per refit of its cost model (its error before and
+#      after, as the measured timings come in); each agent ends with the
+#      loss of its first and last step;
 #   3. prints `dcp-ctl status` at the end;
 #   4. reads the scheduler's Prometheus metrics (it serves them on
 #      127.0.0.1, on a free port, at /metrics while it runs), prints a few
@@ -20,18 +23,19 @@
 #
 # The agents' CPU timings are hundreds of times the H200 data sheet's,
 # so the scheduler is told to trust them over its data-sheet prior
-# (--prior_weight=0.0001): its task error falls from ~99% to ~40-50% over
-# the refits (what is left is mostly the noise of eight processes timing
-# themselves while they share a few cores). The step error is averaged over
-# the last 8 steps (--step_error_window=8), so it follows the predictions
-# of the refitted model rather than those of the first steps. Each step
-# ends with a gradient all-reduce over the 8 agents, whose time the
-# scheduler learns as its sync term. The live part takes three to five
-# minutes on two cores.
+# (--prior_weight=0.0001). Eight ranks share this machine's cores, so each
+# agent times its own CPU work (--task_clock=cpu: the process's CPU time,
+# torch on one thread), not the wall time, which mostly measures waiting
+# for a core; a step's measured time is then the slowest rank's task and
+# step-tail (gradient all-reduce and optimizer) CPU seconds. The step error
+# is averaged over the last 8 steps (--step_error_window=8), so it follows
+# the predictions of the refitted model rather than those of the first
+# steps. The live part takes a few minutes on two cores.
 #
 # Environment: DCP_DEMO_STEPS (default 40), DCP_DEMO_TOKEN_SCALE (default
 # 16: the agents divide sequence lengths by it so the CPU keeps up),
-# DCP_DEMO_DIR (default: a new /tmp/dcp-demo.XXXXXX).
+# DCP_DEMO_TOKENS_PER_STEP (default 65536), DCP_DEMO_DIR (default: a new
+# /tmp/dcp-demo.XXXXXX).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,6 +43,7 @@ tools/setup.sh
 
 steps="${DCP_DEMO_STEPS:-40}"
 token_scale="${DCP_DEMO_TOKEN_SCALE:-16}"
+tokens_per_step="${DCP_DEMO_TOKENS_PER_STEP:-65536}"
 world=8
 model=data/models/tiny-llama.json
 trace=data/lengths/code.txt
@@ -68,11 +73,11 @@ trap 'exit 130' INT TERM
 
 echo
 echo "== 2. a live job: dcp-scheduler + ${world} dcp-agents on 127.0.0.1 =="
-echo "   trace ${trace}, model ${model}, ${steps} steps, lengths / ${token_scale} on the CPU"
+echo "   trace ${trace}, model ${model}, ${steps} steps of ${tokens_per_step} tokens, lengths / ${token_scale} on the CPU"
 "${bin}/scheduler/server/dcp-scheduler" \
   --lengths="${trace}" --model_config="${model}" \
   --world_size="${world}" --gpus_per_node=4 \
-  --window=32768 --tokens_per_step=131072 \
+  --window=32768 --tokens_per_step="${tokens_per_step}" \
   --max_steps="${steps}" --lookahead_steps=4 --refit_every=32 \
   --prior_weight=0.0001 --step_error_window=8 \
   --listen=127.0.0.1:0 --port_file="${logs}/scheduler.port" \
@@ -105,6 +110,7 @@ for ((rank = 0; rank < world; ++rank)); do
   "${bin}/worker_agent/dcp-agent" \
     --scheduler="${address}" --rank="${rank}" --world_size="${world}" \
     --mode=execute --model_config="${model}" --token_scale="${token_scale}" \
+    --task_clock=cpu \
     --log_file="${logs}/agent-${rank}.jsonl" \
     2>"${logs}/agent-${rank}.err" &
   agent_pids+=($!)
@@ -135,7 +141,7 @@ echo "== 3. dcp-ctl status =="
 echo
 echo "== 4. Prometheus metrics: ${metrics_url} =="
 if curl -sSf "${metrics_url}" >"${logs}/metrics.txt"; then
-  grep -E '^dcp_scheduler_(steps_planned_total|steps_completed_total|timing_reports_total|refits_total|cost_model_task_error_ratio|planning_seconds_(sum|count)|connected_agents) ' \
+  grep -E '^dcp_scheduler_(steps_planned_total|steps_completed_total|timing_reports_total|refits_total|cost_model_task_error_ratio|cost_model_step_error_ratio|planning_seconds_(sum|count)|connected_agents) ' \
     "${logs}/metrics.txt" || true
   echo "   ($(grep -c '^# TYPE dcp_' "${logs}/metrics.txt") dcp_ metric families; all in ${logs}/metrics.txt)"
 else
@@ -149,7 +155,7 @@ pids=()
 echo
 echo "logs in ${logs}:"
 echo "  scheduler.log       the scheduler's log (planned steps, refits)"
-echo "  agent-<rank>.jsonl  one JSON line per task a rank ran, one per step"
+echo "  agent-<rank>.jsonl  one JSON line per task a rank ran, one per step (with its loss)"
 echo "  agent-<rank>.err    each agent's own messages"
 echo "  metrics.txt         the scheduler's /metrics at the end (README.md, \"Metrics\")"
 exit "${failed}"
