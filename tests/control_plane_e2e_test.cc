@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "client_lib/client.h"
 #include "common/model_spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/planner/plan.h"
@@ -48,6 +49,8 @@
 
 namespace dcp {
 namespace {
+
+using ::testing::HasSubstr;
 
 using testing_process::Binary;
 using testing_process::Child;
@@ -377,6 +380,74 @@ TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
         /*synced=*/true));
   }
   CheckRun(logs, lengths, kSteps);
+}
+
+// Agents told a model of 12 heads while the scheduler plans for 8: tasks
+// over 2 or 4 ranks run, the first one over all 8 cannot be split over its
+// group. Every agent
+// fails within a bound (its peers through the refused first collective and
+// the world's agreement, not a timeout), the one that could not run the
+// task names its rank, step and task, and the scheduler keeps every report
+// the agents sent before.
+TEST(ControlPlaneE2eTest, AgentsThatCannotRunAPlanFailNamingRankStepAndTask) {
+  const std::vector<int32_t> lengths = SkewedLengths(300, 17);
+  std::string trace;
+  for (int32_t l : lengths) absl::StrAppend(&trace, l, "\n");
+  const std::string trace_path = TmpPath("bad-trace.txt");
+  const std::string model_path = TmpPath("bad-model.json");
+  const std::string agent_model_path = TmpPath("bad-agent-model.json");
+  ModelSpec twelve_heads = TinyModel();
+  twelve_heads.heads = 12;
+  twelve_heads.kv_heads = 12;
+  twelve_heads.hidden = 12 * 16;
+  ASSERT_TRUE(WriteFile(trace_path, trace));
+  ASSERT_TRUE(WriteFile(model_path, ModelJson(TinyModel())));
+  ASSERT_TRUE(WriteFile(agent_model_path, ModelJson(twelve_heads)));
+
+  std::vector<Child> scheduler;
+  const int port = StartScheduler(
+      "bad-scheduler", SchedulerFlags(trace_path, model_path, kWorld, kSteps),
+      scheduler);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::vector<Child> agents;
+  for (int r = 0; r < kWorld; ++r) {
+    agents.push_back(Spawn(
+        absl::StrCat("bad-agent-", r),
+        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
+         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
+         "--mode=execute", "--model_config=" + agent_model_path,
+         absl::StrCat("--token_scale=", kTokenScale),
+         "--rendezvous_timeout=60s",
+         "--log_file=" + TmpPath(absl::StrCat("bad-agent-", r, ".jsonl"))}));
+  }
+  // Far below the 60 s a peer waiting out a timeout would take.
+  const absl::Time started = absl::Now();
+  ASSERT_TRUE(ExpectAllExit(agents, started + absl::Seconds(45),
+                            "agents that cannot run a plan must fail"));
+  int64_t logged_steps = 0;
+  bool named = false;
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_NE(agents[r].exit_code, 0) << Describe({agents[r]});
+    const std::string err = ReadFile(agents[r].err_path);
+    EXPECT_THAT(err, HasSubstr(absl::StrCat("rank ", r, ", step ")));
+    named |= err.find("to divide the") != std::string::npos &&
+             err.find(", task ") != std::string::npos;
+    const std::string log =
+        ReadFile(TmpPath(absl::StrCat("bad-agent-", r, ".jsonl")));
+    logged_steps += ParseLog(log, r).steps.size();
+  }
+  EXPECT_TRUE(named) << Describe(agents);
+  EXPECT_GT(logged_steps, 0) << "the plans should run a few steps first";
+  std::fprintf(stderr, "8 agents failed within %.1f s:\n%s",
+               absl::ToDoubleSeconds(absl::Now() - started),
+               Describe(agents, 400).c_str());
+  const nlohmann::json status = CtlStatus("bad-ctl", address);
+  ASSERT_FALSE(status.is_discarded());
+  // An agent logs a step before it reports it, and reports before it asks
+  // for the next: every logged step's report reached the scheduler.
+  EXPECT_EQ(JsonNumber(status["timing_reports"]), logged_steps);
+  StopScheduler(address, scheduler);
 }
 
 TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
