@@ -11,9 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "comm/scheduler_rendezvous_store.h"
+#include "examples/rendezvous_ranks.h"
 #include "scheduler/server/scheduler_server.h"
-#include "train/process_groups.h"
 
 namespace dcp::testing_ranks {
 
@@ -27,18 +26,9 @@ std::string SelfPath();
 absl::StatusOr<std::unique_ptr<SchedulerServer>> StartRendezvousServer(
     int world, const std::string& session);
 
-/// One rank's groups over the store at `address`. Move-only; the store
-/// outlives the groups that use it (members are destroyed in reverse).
-struct RankGroups {
-  std::unique_ptr<SchedulerRendezvousStore> store;
-  std::unique_ptr<ProcessGroups> groups;
-};
-
-/// Connects rank `rank` of session `session` to the store at `address`;
-/// `timeout` bounds the groups' formation and collectives.
-absl::StatusOr<RankGroups> ConnectRankGroups(const std::string& address,
-                                             const std::string& session,
-                                             int rank, absl::Duration timeout);
+/// One rank's groups over a store (examples/rendezvous_ranks.h).
+using examples::ConnectRankGroups;
+using examples::RankGroups;
 
 }  // namespace dcp::testing_ranks
 

@@ -1,0 +1,520 @@
+// dcp-train-bench: dcp's plans against the tuned static plan, trained for
+// real on this machine. Every global batch the step builder forms is planned
+// twice over the same ranks and samples, by the dcp planner and by the best
+// fixed sequence-parallel configuration (the "static_balanced" baseline of
+// dcp-bench); --world_size rank processes (this binary re-run, real Gloo
+// over 127.0.0.1, groups formed through the rendezvous store of a
+// SchedulerServer this process serves on 127.0.0.1:0) train both from the
+// same weights, and the throughput of each is printed per rank on the wall
+// clock and on each rank's CPU clock. Then one rank alone runs one long
+// sequence at recompute 0, 0.5 and 1 and prints the peak resident memory of
+// each; the run fails (exit 1) unless recompute lowers it.
+//
+//   bazel run -c opt //examples:dcp-train-bench
+//   bazel run -c opt //examples:dcp-train-bench --
+//   --lengths=data/lengths/code.txt
+//
+// The costs both planners plan with are the analytic model of
+// docs/COST_MODEL.md with this CPU's constants, calibrated at start-up
+// (examples/train_benchmark_cpu_costs.h). Exit 0: done; 1: recompute did
+// not lower the peak memory; 2: bad flags or a failure (the message says).
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ATen/Parallel.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
+#include "examples/train_benchmark_cpu_costs.h"
+#include "examples/train_benchmark_job.h"
+#include "examples/train_benchmark_plans.h"
+#include "examples/train_benchmark_processes.h"
+#include "examples/train_benchmark_rank.h"
+#include "scheduler/cli/job_config.h"
+#include "scheduler/planner/plan.h"
+
+ABSL_FLAG(std::string, lengths, "data/lengths/wikipedia.txt",
+          "Length trace the global batches are drawn from.");
+ABSL_FLAG(std::string, format, "auto", "Format of --lengths (auto: by name).");
+ABSL_FLAG(std::string, model_config,
+          "examples/testdata/train_benchmark_model.json",
+          "JSON model description (common/model_spec.h) of the model trained.");
+ABSL_FLAG(int, world_size, 4, "Rank processes.");
+ABSL_FLAG(int64_t, window, 1024, "Context window; longer samples are cut.");
+ABSL_FLAG(int64_t, tokens_per_step, 4096, "Token budget of a global batch.");
+ABSL_FLAG(int, steps, 6, "Measured steps of each plan kind.");
+ABSL_FLAG(int, warmup_steps, 1,
+          "Steps of each kind run first and left out of the figures.");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
+ABSL_FLAG(int64_t, memory_length, 0,
+          "Tokens of the memory check's sequence (0: the window).");
+ABSL_FLAG(int, timeout_s, 900, "Give up on the child processes after this.");
+ABSL_FLAG(bool, keep_dir, false, "Keep the run's folder (plans, logs).");
+
+namespace dcp::train_benchmark {
+namespace {
+
+constexpr char kSession[] = "bench";
+
+/// The benchmark, as the flags give it.
+struct BenchmarkOptions {
+  JobConfig job;
+  int steps = 0;
+  int warmup_steps = 0;
+  int64_t memory_length = 0;
+  absl::Duration timeout;
+  bool keep_dir = false;
+};
+
+// `path` against the user's working directory; failing that, as it is (the
+// runfiles under `bazel run`, which carry the bundled traces and models).
+std::string FindInput(const std::string& path, const std::string& wd) {
+  const std::string resolved = ResolvePath(path, wd);
+  return std::filesystem::exists(resolved) || !std::filesystem::exists(path)
+             ? resolved
+             : path;
+}
+
+BenchmarkOptions OptionsFromFlags() {
+  BenchmarkOptions o;
+  const std::string wd = BazelWorkingDirectory();
+  o.job.lengths = FindInput(absl::GetFlag(FLAGS_lengths), wd);
+  o.job.format = absl::GetFlag(FLAGS_format);
+  o.job.model_config = FindInput(absl::GetFlag(FLAGS_model_config), wd);
+  o.job.world_size = absl::GetFlag(FLAGS_world_size);
+  o.job.window = absl::GetFlag(FLAGS_window);
+  o.job.tokens_per_step = absl::GetFlag(FLAGS_tokens_per_step);
+  o.job.seed = absl::GetFlag(FLAGS_seed);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.memory_length = absl::GetFlag(FLAGS_memory_length);
+  if (o.memory_length == 0) o.memory_length = o.job.window;
+  o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  o.keep_dir = absl::GetFlag(FLAGS_keep_dir);
+  return o;
+}
+
+absl::Status Validate(const BenchmarkOptions& o) {
+  if (o.steps < 1 || o.warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        "--steps must be positive and --warmup_steps non-negative");
+  }
+  if (o.job.world_size < 1 || o.memory_length < 1) {
+    return absl::InvalidArgumentError(
+        "--world_size and --memory_length must be positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MakeRunDir() {
+  const char* tmp = getenv("TMPDIR");
+  std::string path = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp",
+                                  "/dcp-train-bench.XXXXXX");
+  if (mkdtemp(path.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create ", path));
+  }
+  return path;
+}
+
+// ---- Figures -------------------------------------------------------------
+
+/// One plan kind's figures over the measured steps.
+struct KindFigures {
+  int64_t tokens = 0;
+  /// Per rank: the sum of its Step times.
+  std::vector<double> wall_s, cpu_s;
+  /// Sum over steps of the slowest rank's time.
+  double slowest_wall_s = 0, slowest_cpu_s = 0;
+  /// Every rank's CPU time, all added up.
+  double all_cpu_s = 0;
+  /// Sum over the steps of the replayed (predicted) makespan.
+  double replayed_s = 0;
+  /// The world's loss at the first step (the same weights in both kinds).
+  double first_loss = 0;
+};
+
+/// The measurements of every rank: records[rank][i].
+using RankRecords = std::vector<std::vector<StepRecord>>;
+
+// Checks that every rank measured every step of both kinds and that both
+// kinds ran the same tokens in every step (the same samples).
+absl::Status CheckRecords(const RankRecords& records, int steps) {
+  std::vector<int64_t> tokens(2 * steps, -1);
+  for (size_t r = 0; r < records.size(); ++r) {
+    if (records[r].size() != static_cast<size_t>(2 * steps)) {
+      return absl::DataLossError(absl::StrCat("rank ", r, " measured ",
+                                              records[r].size(), " steps, not ",
+                                              2 * steps));
+    }
+    for (const StepRecord& rec : records[r]) {
+      int64_t& t = tokens[rec.step];
+      if (t >= 0 && t != rec.tokens) {
+        return absl::InternalError(absl::StrCat(
+            "step ", rec.step, " ran ", rec.tokens, " tokens in the ",
+            PlanKindName(rec.kind), " plan on rank ", r, " and ", t,
+            " elsewhere: the plans do not hold the same samples"));
+      }
+      t = rec.tokens;
+    }
+  }
+  return absl::OkStatus();
+}
+
+KindFigures Figures(const RankRecords& records, PlanKind kind,
+                    const std::vector<double>& replayed_s, int warmup) {
+  KindFigures f;
+  const size_t ranks = records.size();
+  f.wall_s.assign(ranks, 0);
+  f.cpu_s.assign(ranks, 0);
+  const int steps = static_cast<int>(replayed_s.size());
+  std::vector<double> max_wall(steps, 0), max_cpu(steps, 0);
+  for (size_t r = 0; r < ranks; ++r) {
+    for (const StepRecord& rec : records[r]) {
+      if (rec.kind != kind) continue;
+      if (rec.step == 0 && r == 0) f.first_loss = rec.loss;
+      if (rec.step < warmup) continue;
+      f.wall_s[r] += rec.wall_s;
+      f.cpu_s[r] += rec.cpu_s;
+      f.all_cpu_s += rec.cpu_s;
+      max_wall[rec.step] = std::max(max_wall[rec.step], rec.wall_s);
+      max_cpu[rec.step] = std::max(max_cpu[rec.step], rec.cpu_s);
+      if (r == 0) f.tokens += rec.tokens;
+    }
+  }
+  for (int s = warmup; s < steps; ++s) {
+    f.slowest_wall_s += max_wall[s];
+    f.slowest_cpu_s += max_cpu[s];
+    f.replayed_s += replayed_s[s];
+  }
+  return f;
+}
+
+// ---- Report --------------------------------------------------------------
+
+int Cores() { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }
+
+// The one-minute load average: how many processes wanted a core.
+double LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : 0;
+}
+
+// "N tasks: a of 1 rank, b over groups of 2, ..." for one kind's plans.
+std::string PlanSummary(const std::vector<v1::StepPlan>& plans, int warmup) {
+  std::vector<int> by_size;
+  int tasks = 0;
+  for (size_t s = warmup; s < plans.size(); ++s) {
+    for (const v1::Task& t : plans[s].tasks()) {
+      if (by_size.size() <= static_cast<size_t>(t.ranks_size())) {
+        by_size.resize(t.ranks_size() + 1, 0);
+      }
+      ++by_size[t.ranks_size()];
+      ++tasks;
+    }
+  }
+  std::vector<std::string> parts;
+  for (size_t p = 1; p < by_size.size(); ++p) {
+    if (by_size[p] > 0) parts.push_back(absl::StrCat(by_size[p], " on ", p));
+  }
+  return absl::StrCat(
+      tasks, " tasks (ranks per task: ", absl::StrJoin(parts, ", "), ")");
+}
+
+void PrintSetup(const BenchmarkOptions& o, const Job& job,
+                const CpuCalibration& cal, const PlanSet& plans) {
+  const ModelSpec& m = job.model;
+  absl::PrintF(
+      "dcp-train-bench: dcp plans vs the tuned static plan, trained "
+      "on %d rank processes of this machine\n",
+      job.world_size);
+  absl::PrintF(
+      "  machine: %d CPU cores, load average %.1f before the ranks start "
+      "(other processes share the cores too); each rank a RankTrainer, "
+      "torch at 1 thread, float32, Gloo over 127.0.0.1 (groups met through "
+      "a SchedulerServer's rendezvous store)\n",
+      Cores(), LoadAverage());
+  absl::PrintF(
+      "  model: %s (%d layers, hidden %d, %d heads, %d kv heads, ffn "
+      "%d, vocab %d), %s\n",
+      m.name, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn, m.vocab,
+      o.job.model_config);
+  absl::PrintF(
+      "  batches: %s, window %d, %d tokens a step, seed %d: %d "
+      "warm-up + %d measured steps, the same samples in both plans\n",
+      o.job.lengths, o.job.window, o.job.tokens_per_step, o.job.seed,
+      o.warmup_steps, o.steps);
+  absl::PrintF(
+      "  costs both plans are made with: docs/COST_MODEL.md's model "
+      "with CPU constants fitted at start-up to %d one-rank tasks "
+      "(CPU time, fit error %.1f%%): %.3g s/token + %.3g s/token^2 a "
+      "sequence + %.3g s/task; Gloo assumed %.3g B/s, %.3g s a "
+      "collective\n",
+      cal.timings.size(), 100 * cal.mean_relative_error, cal.linear_s,
+      cal.attention_s, cal.task_s, cal.gloo_bytes_per_s, cal.gloo_latency_s);
+  absl::PrintF(
+      "  dcp plan: Planner over CostModel::FromSpecs(that CPU spec): "
+      "%s\n",
+      PlanSummary(plans.dcp, o.warmup_steps));
+  absl::PrintF(
+      "  static plan: TuneStatic(balanced), best of %d on that CPU "
+      "spec: group size %d, recompute %g: %s\n",
+      plans.tuned.configs_tried, plans.tuned.config.group_size,
+      plans.tuned.config.recompute, PlanSummary(plans.fixed, o.warmup_steps));
+  absl::PrintF(
+      "  order: interleaved step by step (dcp then static, then "
+      "static then dcp, ...), each kind its own trainer from the "
+      "same weights, so that load from anything else on the machine "
+      "falls on both alike\n");
+}
+
+double Rate(int64_t tokens, double seconds) {
+  return seconds > 0 ? tokens / seconds : 0;
+}
+
+void PrintRow(const std::string& label, double dcp_wall, double static_wall,
+              double dcp_cpu, double static_cpu) {
+  auto ratio = [](double a, double b) {
+    return b > 0 ? absl::StrFormat("%10.2f", a / b) : std::string(10, ' ');
+  };
+  auto num = [](double v) {
+    return v > 0 ? absl::StrFormat("%10.0f", v) : absl::StrFormat("%10s", "-");
+  };
+  absl::PrintF("%-30s %s %s %s   %s %s %s\n", label, num(dcp_wall),
+               num(static_wall), ratio(dcp_wall, static_wall), num(dcp_cpu),
+               num(static_cpu), ratio(dcp_cpu, static_cpu));
+}
+
+void PrintThroughput(const KindFigures& d, const KindFigures& s, int steps,
+                     int world) {
+  absl::PrintF(
+      "\nThroughput over the %d measured steps, world tokens per "
+      "second (%d tokens a kind; load average %.1f after the ranks)\n",
+      steps, d.tokens, LoadAverage());
+  absl::PrintF("%-30s %32s   %32s\n", "", "wall clock, ranks sharing cores",
+               "CPU time of the rank");
+  absl::PrintF("%-30s %10s %10s %10s   %10s %10s %10s\n", "", "dcp", "static",
+               "dcp/static", "dcp", "static", "dcp/static");
+  for (int r = 0; r < world; ++r) {
+    PrintRow(absl::StrCat("rank ", r), Rate(d.tokens, d.wall_s[r]),
+             Rate(s.tokens, s.wall_s[r]), Rate(d.tokens, d.cpu_s[r]),
+             Rate(s.tokens, s.cpu_s[r]));
+  }
+  PrintRow("slowest rank of each step", Rate(d.tokens, d.slowest_wall_s),
+           Rate(s.tokens, s.slowest_wall_s), Rate(d.tokens, d.slowest_cpu_s),
+           Rate(s.tokens, s.slowest_cpu_s));
+  PrintRow("all ranks' CPU time added", 0, 0, Rate(d.tokens, d.all_cpu_s),
+           Rate(s.tokens, s.all_cpu_s));
+  PrintRow("cost model (replayed plans)", 0, 0, Rate(d.tokens, d.replayed_s),
+           Rate(s.tokens, s.replayed_s));
+  absl::PrintF(
+      "  wall = world tokens / elapsed seconds of the rank's Step calls, with "
+      "%d ranks sharing %d cores: it counts waiting for a core and for "
+      "peers.\n"
+      "  CPU = world tokens / seconds the rank's own process ran "
+      "(ProcessCpuClock; waiting does not count): its speed on a core of its "
+      "own. Slowest rank: each step's largest time (CPU: the step on "
+      "dedicated cores, waits left out); all ranks' CPU added: the total "
+      "work; cost model: the calibrated model's prediction for dedicated "
+      "cores.\n",
+      world, Cores());
+  absl::PrintF(
+      "  loss at the first step (same weights, same samples): dcp "
+      "%.6f, static %.6f\n",
+      d.first_loss, s.first_loss);
+}
+
+// Prints the memory table; whether the peak fell as the recompute ratio rose
+// (what is wrong on stderr when not).
+bool ReportMemory(std::vector<MemoryRecord> records, const Job& job) {
+  std::sort(records.begin(), records.end(),
+            [](const MemoryRecord& a, const MemoryRecord& b) {
+              return a.recompute < b.recompute;
+            });
+  absl::PrintF(
+      "\nMemory: one task of one %d-token sequence on one rank alone "
+      "(a world of one, float32, torch at 1 thread); peak resident "
+      "memory during the step (VmHWM, reset before it) above the "
+      "resident memory before it\n",
+      job.memory_length);
+  absl::PrintF("%-10s %-18s %22s %15s\n", "recompute", "layers recomputed",
+               "peak above baseline", "vs recompute 0");
+  auto above = [](const MemoryRecord& r) {
+    return static_cast<double>(r.peak_bytes - r.baseline_bytes);
+  };
+  std::string failure;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const MemoryRecord& r = records[i];
+    absl::PrintF("%-10g %-18s %18.1f MiB %15.2f\n", r.recompute,
+                 absl::StrCat(r.layers_recomputed, " of ", job.model.layers),
+                 above(r) / (1 << 20), above(r) / above(records[0]));
+    if (i > 0 && above(r) >= above(records[i - 1]) && failure.empty()) {
+      failure = absl::StrFormat(
+          "recompute %g did not lower the peak memory below recompute %g's",
+          r.recompute, records[i - 1].recompute);
+    }
+  }
+  if (records.size() < 2) failure = "the memory check measured nothing";
+  if (!failure.empty()) {
+    absl::PrintF("  check: FAILED: %s\n", failure);
+    absl::FPrintF(stderr, "dcp-train-bench: %s\n", failure);
+    return false;
+  }
+  absl::PrintF("  check: each higher recompute ratio lowered the peak: ok\n");
+  return true;
+}
+
+// ---- The run -------------------------------------------------------------
+
+absl::Status RunChildren(const std::string& dir, const Job& job,
+                         absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::string self, SelfPath());
+  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
+                   StartRendezvousServer(job.world_size, job.session, job.model,
+                                         job.memory_length));
+  Children ranks;
+  for (int r = 0; r < job.world_size; ++r) {
+    RETURN_IF_ERROR(ranks.Spawn(
+        absl::StrCat("rank", r),
+        {self, "--rank_job", dir, absl::StrCat(r), server->address()}, dir));
+  }
+  RETURN_IF_ERROR(ranks.WaitAll(absl::Now() + timeout));
+  server->Shutdown();
+  // After the ranks, so that it has the cores to itself.
+  Children memory;
+  RETURN_IF_ERROR(memory.Spawn("memory", {self, "--memory_job", dir}, dir));
+  return memory.WaitAll(absl::Now() + timeout);
+}
+
+absl::StatusOr<PlanSet> Plan(const BenchmarkOptions& o, const Job& job,
+                             const std::vector<int32_t>& lengths,
+                             const CpuCalibration& cal) {
+  PlanSetOptions po;
+  po.world_size = job.world_size;
+  po.tokens_per_step = o.job.tokens_per_step;
+  po.seed = o.job.seed;
+  po.steps = job.steps;
+  po.session = job.session;
+  return MakePlanSet(LengthView(lengths, o.job.window), job.model, cal.cluster,
+                     po);
+}
+
+absl::Status WriteRun(const std::string& dir, const Job& job,
+                      const PlanSet& plans) {
+  RETURN_IF_ERROR(WriteJob(dir, job));
+  for (int s = 0; s < job.steps; ++s) {
+    RETURN_IF_ERROR(WritePlan(dir, PlanKind::kDcp, s, plans.dcp[s]));
+    RETURN_IF_ERROR(WritePlan(dir, PlanKind::kStatic, s, plans.fixed[s]));
+  }
+  return absl::OkStatus();
+}
+
+// Prints both tables; whether the memory check passed.
+absl::StatusOr<bool> Report(const std::string& dir, const BenchmarkOptions& o,
+                            const Job& job, const PlanSet& plans) {
+  RankRecords records;
+  for (int r = 0; r < job.world_size; ++r) {
+    ASSIGN_OR_RETURN(std::vector<StepRecord> mine, ReadStepRecords(dir, r));
+    records.push_back(std::move(mine));
+  }
+  RETURN_IF_ERROR(CheckRecords(records, job.steps));
+  PrintThroughput(
+      Figures(records, PlanKind::kDcp, plans.dcp_replayed_s, o.warmup_steps),
+      Figures(records, PlanKind::kStatic, plans.fixed_replayed_s,
+              o.warmup_steps),
+      o.steps, job.world_size);
+  ASSIGN_OR_RETURN(std::vector<MemoryRecord> memory, ReadMemoryRecords(dir));
+  return ReportMemory(std::move(memory), job);
+}
+
+// The whole benchmark; whether the memory check passed.
+absl::StatusOr<bool> RunBenchmark(const BenchmarkOptions& o) {
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(Validate(o));
+  ASSIGN_OR_RETURN(LoadedJob loaded, LoadJob(o.job, ClusterSpec::H200(), 1.0,
+                                             /*working_dir=*/""));
+  Job job;
+  job.model = loaded.model;
+  job.world_size = o.job.world_size;
+  job.session = kSession;
+  job.steps = o.warmup_steps + o.steps;
+  job.memory_length = o.memory_length;
+  at::set_num_threads(1);  // As the ranks run.
+  RETURN_IF_ERROR(KeepFreedMemory());
+  ASSIGN_OR_RETURN(CpuCalibration cal, CalibrateCpuCosts(job, o.job.window));
+  ASSIGN_OR_RETURN(PlanSet plans, Plan(o, job, loaded.lengths, cal));
+  ASSIGN_OR_RETURN(std::string dir, MakeRunDir());
+  PrintSetup(o, job, cal, plans);
+  std::fflush(stdout);
+  absl::Status status = WriteRun(dir, job, plans);
+  if (status.ok()) status = RunChildren(dir, job, o.timeout);
+  const absl::StatusOr<bool> memory_ok =
+      status.ok() ? Report(dir, o, job, plans) : absl::StatusOr<bool>(status);
+  if (o.keep_dir || !memory_ok.ok()) {
+    absl::FPrintF(stderr, "run folder kept: %s\n", dir);
+  } else {
+    std::filesystem::remove_all(dir);
+  }
+  if (memory_ok.ok()) {
+    absl::PrintF("\nfinished in %.0f s (calibration, ranks, memory check)\n",
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return memory_ok;
+}
+
+// --rank_job <dir> <rank> <address> and --memory_job <dir>.
+int ChildMain(const std::vector<std::string>& args) {
+  int rank = -1;
+  absl::Status status;
+  if (args.size() == 4 && args[0] == "--rank_job" &&
+      absl::SimpleAtoi(args[2], &rank)) {
+    status = RunRank(args[1], rank, args[3]);
+  } else if (args.size() == 2 && args[0] == "--memory_job") {
+    status = RunMemoryCheck(args[1]);
+  } else {
+    status = absl::InvalidArgumentError("bad child arguments");
+  }
+  if (status.ok()) return 0;
+  absl::FPrintF(stderr, "%s\n", status.ToString());
+  return 3;
+}
+
+}  // namespace
+}  // namespace dcp::train_benchmark
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && (std::string(argv[1]) == "--rank_job" ||
+                    std::string(argv[1]) == "--memory_job")) {
+    return dcp::train_benchmark::ChildMain(
+        std::vector<std::string>(argv + 1, argv + argc));
+  }
+  absl::SetProgramUsageMessage(
+      "dcp plans vs the tuned static plan, trained on rank processes of this "
+      "machine; see examples/train_benchmark.cc.");
+  absl::ParseCommandLine(argc, argv);
+  const absl::StatusOr<bool> memory_ok = dcp::train_benchmark::RunBenchmark(
+      dcp::train_benchmark::OptionsFromFlags());
+  if (!memory_ok.ok()) {
+    absl::FPrintF(stderr, "dcp-train-bench: %s\n",
+                  memory_ok.status().ToString());
+    return 2;
+  }
+  return *memory_ok ? 0 : 1;
+}

@@ -1,0 +1,184 @@
+// dcp-train end to end: the real binary trains the same steps in one process
+// (--mode=single) and as a dcp job on this host (--mode=dcp --local_world=4:
+// a scheduler in its process, four rank processes on real Gloo groups), in
+// float64, and both loss logs agree step by step; bad flags are refused with
+// a message naming the flag; and the training loops README.md quotes are the
+// ones examples/dcp_train_main.cc runs.
+
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/child_process.h"
+
+namespace dcp {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_process::Binary;
+using testing_process::Child;
+
+constexpr int kSteps = 8;
+constexpr double kLossTolerance = 1e-7;  // Relative, float64.
+
+struct LogLine {
+  int64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;
+};
+
+std::vector<LogLine> ReadLossLog(const std::string& path) {
+  std::vector<LogLine> out;
+  for (absl::string_view line : absl::StrSplit(testing_process::ReadFile(path),
+                                               '\n', absl::SkipEmpty())) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << path << ": " << line;
+    if (!j.is_object()) return out;
+    out.push_back({j.at("step").get<int64_t>(), j.at("loss").get<double>(),
+                   j.at("grad_norm").get<double>(),
+                   j.at("tokens").get<int64_t>()});
+  }
+  return out;
+}
+
+// dcp-train with the bundled trace and CPU model, `flags` last.
+std::vector<std::string> TrainArgv(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {
+      Binary("examples/dcp-train"),
+      "--lengths=" + Binary("data/lengths/wikipedia.txt"),
+      "--model_config=" + Binary("data/models/cpu-tiny.json"),
+      "--window=128",
+      "--tokens_per_step=512",
+      absl::StrCat("--steps=", kSteps),
+      "--seed=3",
+      "--dtype=float64"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+TEST(DcpTrainCliTest, OneProcessAndADcpJobLogTheSameLosses) {
+  const std::string single_log = testing_process::TmpPath("single.jsonl");
+  const std::string dcp_log = testing_process::TmpPath("dcp.jsonl");
+  std::vector<Child> runs;
+  testing_process::ChildReaper reaper({&runs});
+  // Both at once, to keep the test short.
+  runs.push_back(testing_process::Spawn(
+      "single", TrainArgv({"--mode=single", "--loss_log=" + single_log})));
+  runs.push_back(testing_process::Spawn(
+      "dcp",
+      TrainArgv({"--mode=dcp", "--local_world=4", "--loss_log=" + dcp_log})));
+  ASSERT_TRUE(testing_process::ExpectAllExit(
+      runs, absl::Now() + absl::Minutes(4), "dcp-train"));
+  for (const Child& run : runs) {
+    ASSERT_EQ(run.exit_code, 0) << testing_process::Describe(runs);
+  }
+
+  const std::vector<LogLine> want = ReadLossLog(single_log);
+  const std::vector<LogLine> got = ReadLossLog(dcp_log);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("step ", i));
+    EXPECT_EQ(got[i].step, static_cast<int64_t>(i));
+    EXPECT_EQ(want[i].step, static_cast<int64_t>(i));
+    // The same batch: the same tokens, and then the same loss and gradient.
+    EXPECT_EQ(got[i].tokens, want[i].tokens);
+    EXPECT_GT(want[i].tokens, 0);
+    EXPECT_LE(std::fabs(got[i].loss - want[i].loss),
+              kLossTolerance * std::fabs(want[i].loss))
+        << got[i].loss << " vs " << want[i].loss;
+    EXPECT_LE(std::fabs(got[i].grad_norm - want[i].grad_norm),
+              kLossTolerance * std::fabs(want[i].grad_norm))
+        << got[i].grad_norm << " vs " << want[i].grad_norm;
+  }
+  // The job ran tasks over sequence-parallel groups, not only data
+  // parallelism (the launcher's last line counts the steps that had any).
+  const std::string dcp_err = testing_process::ReadFile(runs[1].err_path);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(
+      dcp_err, match,
+      std::regex("4 ranks trained 8 steps .*\\(([0-9]+) of 8 steps used "
+                 "sequence-parallel groups\\)")))
+      << dcp_err;
+  EXPECT_GT(std::stoi(match[1].str()), 0) << match[0];
+}
+
+// Runs dcp-train with `flags` to its end; its exit code and stderr.
+std::pair<int, std::string> RunToExit(const std::string& name,
+                                      const std::vector<std::string>& flags) {
+  std::vector<Child> run = {testing_process::Spawn(name, TrainArgv(flags))};
+  if (!testing_process::ExpectAllExit(run, absl::Now() + absl::Seconds(60),
+                                      name)) {
+    return {-1, ""};
+  }
+  return {run[0].exit_code, testing_process::ReadFile(run[0].err_path)};
+}
+
+TEST(DcpTrainCliTest, BadFlagsAreNamed) {
+  const struct {
+    std::vector<std::string> flags;
+    std::string named;
+  } cases[] = {
+      {{"--mode=bogus"}, "--mode=bogus"},
+      {{"--mode=single", "--lengths=/nonexistent/trace.txt"},
+       "--lengths=/nonexistent/trace.txt"},
+      {{"--mode=single", "--dtype=float16"}, "--dtype=float16"},
+      {{"--mode=dcp", "--local_world=4", "--model_config=/nonexistent.json"},
+       "--model_config=/nonexistent.json"},
+      {{"--mode=dcp"}, "--scheduler"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE(absl::StrJoin(cases[i].flags, " "));
+    const auto [code, err] = RunToExit(absl::StrCat("bad", i), cases[i].flags);
+    EXPECT_EQ(code, 1) << err;
+    EXPECT_THAT(err, HasSubstr(cases[i].named));
+  }
+}
+
+// The lines of a ```diff block on the side `side` ('-' old, '+' new): its
+// context lines and those marked `side`, without their marks.
+std::string DiffSide(const std::vector<absl::string_view>& diff, char side) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : diff) {
+    if (line.empty() || line[0] == ' ' || line[0] == side) {
+      lines.emplace_back(line.empty() ? line : line.substr(1));
+    }
+  }
+  return absl::StrCat(absl::StrJoin(lines, "\n"), "\n");
+}
+
+TEST(DcpTrainCliTest, ReadmeQuotesTheTrainingLoopsOfTheBinary) {
+  const std::string readme = testing_process::ReadFile(Binary("README.md"));
+  const std::string source =
+      testing_process::ReadFile(Binary("examples/dcp_train_main.cc"));
+  ASSERT_FALSE(source.empty());
+  const size_t begin = readme.find("```diff\n");
+  ASSERT_NE(begin, std::string::npos) << "README.md has no ```diff block";
+  const size_t end = readme.find("\n```", begin + 8);
+  ASSERT_NE(end, std::string::npos);
+  const std::vector<absl::string_view> diff = absl::StrSplit(
+      absl::string_view(readme).substr(begin + 8, end - begin - 8), '\n');
+  // Each side is a run of lines the binary holds as they are.
+  EXPECT_THAT(source, HasSubstr(DiffSide(diff, '-')));
+  EXPECT_THAT(source, HasSubstr(DiffSide(diff, '+')));
+  EXPECT_THAT(DiffSide(diff, '-'), HasSubstr("trainer->ReferenceStep(plan)"));
+  EXPECT_THAT(DiffSide(diff, '+'), HasSubstr("client->NextStep()"));
+}
+
+}  // namespace
+}  // namespace dcp
