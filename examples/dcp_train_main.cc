@@ -24,6 +24,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -85,6 +87,10 @@ ABSL_FLAG(int64_t, steps, 100,
           "Steps to train (single mode, and the scheduler --local_world "
           "starts); a rank of another scheduler trains until it drains.");
 // The training.
+ABSL_FLAG(std::string, text, "",
+          "Train on windows of this text file (bytes as tokens; the model "
+          "needs vocab >= 256), e.g. /usr/share/common-licenses/GPL-3, "
+          "instead of the synthetic corpus's rules.");
 ABSL_FLAG(std::string, dtype, "float32", "float32 or float64.");
 ABSL_FLAG(double, lr, 1e-2, "AdamW learning rate.");
 ABSL_FLAG(int, threads, 1, "libtorch intra-op threads of each process.");
@@ -150,6 +156,25 @@ absl::Status TrainRank(RankTrainerOptions training,
 
 std::string Resolved(const std::string& path) {
   return ResolvePath(path, BazelWorkingDirectory());
+}
+
+// The contents of --text ("" without it).
+absl::StatusOr<std::string> TextFromFlags() {
+  const std::string flag = absl::GetFlag(FLAGS_text);
+  if (flag.empty()) return std::string();
+  const std::string path = Resolved(flag);
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--text=", flag, ": cannot read ", path));
+  }
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--text=", flag, ": no text in ", path));
+  }
+  return text;
 }
 
 absl::StatusOr<ModelSpec> ModelFromFlags() {
@@ -228,6 +253,7 @@ absl::StatusOr<RankTrainerOptions> TrainerFromFlags(int world, int rank) {
   o.corpus.vocab = o.model.model.vocab;
   o.corpus.feature_dim = o.model.model.hidden;  // The DiT variant's features.
   o.corpus.seed = absl::GetFlag(FLAGS_seed);
+  ASSIGN_OR_RETURN(o.corpus.text, TextFromFlags());
   o.optimizer.lr = absl::GetFlag(FLAGS_lr);
   if (!(o.optimizer.lr > 0)) {
     return absl::InvalidArgumentError("--lr must be positive");
@@ -359,6 +385,9 @@ std::vector<std::string> RankArgv(const std::string& self,
           absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype)),
           absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),
           absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+          absl::StrCat("--text=", absl::GetFlag(FLAGS_text).empty()
+                                      ? ""
+                                      : Resolved(absl::GetFlag(FLAGS_text))),
           absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
           "--cpu_clock=true",
           absl::StrCat("--loss_log=", log)};

@@ -138,6 +138,7 @@ TEST(DcpTrainCliTest, BadFlagsAreNamed) {
       {{"--mode=single", "--lengths=/nonexistent/trace.txt"},
        "--lengths=/nonexistent/trace.txt"},
       {{"--mode=single", "--dtype=float16"}, "--dtype=float16"},
+      {{"--mode=single", "--text=/nonexistent/text"}, "--text=/nonexistent/text"},
       {{"--mode=dcp", "--local_world=4", "--model_config=/nonexistent.json"},
        "--model_config=/nonexistent.json"},
       {{"--mode=dcp"}, "--scheduler"},

@@ -24,6 +24,7 @@ enum Stream : uint64_t {
   kFeatureStream,
   kMatrixStream,
   kTargetNoiseStream,
+  kTextOffsetStream,
 };
 
 uint64_t SplitMix64(uint64_t x) {
@@ -128,6 +129,7 @@ absl::StatusOr<TokenSample> SyntheticCorpus::Tokens(int64_t sample,
         "cannot materialise sample ", sample, " of length ", length,
         ": the corpus has a vocabulary of ", options_.vocab, " tokens"));
   }
+  if (!options_.text.empty()) return TextTokens(sample, length);
   const uint64_t seed = options_.seed;
   const uint64_t id = static_cast<uint64_t>(sample);
   const int32_t vocab = options_.vocab;
@@ -150,6 +152,30 @@ absl::StatusOr<TokenSample> SyntheticCorpus::Tokens(int64_t sample,
   TokenSample out;
   out.inputs.assign(tokens.begin(), tokens.end() - 1);
   out.targets.assign(tokens.begin() + 1, tokens.end());
+  return out;
+}
+
+absl::StatusOr<TokenSample> SyntheticCorpus::TextTokens(int64_t sample,
+                                                        int64_t length) const {
+  if (options_.vocab < 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot materialise sample ", sample, " of length ", length,
+        ": a text corpus's tokens are bytes, and the vocabulary has only ",
+        options_.vocab));
+  }
+  const std::string& text = options_.text;
+  const uint64_t size = text.size();
+  const uint64_t offset =
+      Draw(options_.seed, kTextOffsetStream, static_cast<uint64_t>(sample), 0) %
+      size;
+  TokenSample out;
+  out.inputs.resize(static_cast<size_t>(length));
+  out.targets.resize(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) {
+    const uint64_t at = (offset + static_cast<uint64_t>(t)) % size;
+    out.inputs[t] = static_cast<unsigned char>(text[at]);
+    out.targets[t] = static_cast<unsigned char>(text[(at + 1) % size]);
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 #define DCP_TRAIN_CORPUS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,9 @@ struct FeatureSample {
 /// from ln(vocab) towards the noise's entropy. Token t depends only on (id, t):
 /// a shorter length yields a prefix of a longer one.
 ///
+/// With `Options::text`, token samples are windows of that text instead (a
+/// byte-level language model's data), with the same guarantees.
+///
 /// Feature samples draw features ~ N(0, 1) per (id, t, j); the target of
 /// token t is A x_t + B m + noise, where A and B are seeded dim x dim
 /// matrices (scaled by 1/sqrt(dim)) and m the mean of the sample's
@@ -69,13 +73,19 @@ class SyntheticCorpus {
     /// Standard deviation of the noise on feature targets.
     double target_noise = 0.01;
     uint64_t seed = 0;
+    /// A real text instead of the rules: when not empty, token sample `id`
+    /// of length L is L + 1 consecutive bytes of it (the bytes are the
+    /// tokens, so it needs vocab >= 256), starting at a seeded offset drawn
+    /// per sample and wrapping around at the end. E.g. the GPL's text,
+    /// which every Debian system has (/usr/share/common-licenses/GPL-3).
+    std::string text;
   };
 
   explicit SyntheticCorpus(Options options);
 
   /// Sample `sample` truncated to `length` tokens. INVALID_ARGUMENT naming
   /// the sample and the length for a negative id, a length <= 0 or over
-  /// `max_length`, or a vocabulary < 1.
+  /// `max_length`, a vocabulary < 1, or one under 256 with a text.
   absl::StatusOr<TokenSample> Tokens(int64_t sample, int64_t length) const;
 
   /// The feature sample `sample` of `length` tokens. INVALID_ARGUMENT
@@ -95,6 +105,8 @@ class SyntheticCorpus {
 
  private:
   absl::Status CheckSample(int64_t sample, int64_t length) const;
+  // `Tokens` of a text corpus.
+  absl::StatusOr<TokenSample> TextTokens(int64_t sample, int64_t length) const;
 
   const Options options_;
   // perms_[k]: the permutation of pattern k; empty without a vocabulary.

@@ -1,5 +1,9 @@
 #include "train/corpus.h"
 
+#include <algorithm>
+
+#include <set>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -219,6 +223,42 @@ TEST(SyntheticCorpusTest, FeatureSamplesAreDeterministic) {
   EXPECT_EQ(a.Features(9, 20)->features, b.Features(9, 20)->features);
   EXPECT_EQ(a.Features(9, 20)->targets, b.Features(9, 20)->targets);
   EXPECT_NE(a.Features(10, 20)->features, a.Features(9, 20)->features);
+}
+
+// A text corpus: each sample is a window of the text (bytes as tokens),
+// its targets the next bytes, wrapping at the end; shorter is a prefix.
+TEST(SyntheticCorpusTest, TextSamplesAreWindowsOfTheText) {
+  SyntheticCorpus::Options options;
+  options.text = "The quick brown fox jumps over the lazy dog.";
+  SyntheticCorpus corpus(options);
+  const std::string& text = options.text;
+  std::set<size_t> offsets;
+  for (int64_t id = 0; id < 20; ++id) {
+    absl::StatusOr<TokenSample> s = corpus.Tokens(id, 100);  // Wraps twice.
+    ASSERT_TRUE(s.ok()) << s.status();
+    // Where in the text the window starts.
+    size_t start = std::string::npos;
+    for (size_t o = 0; o < text.size(); ++o) {
+      bool match = true;
+      for (int t = 0; t < 100 && match; ++t) {
+        match = s->inputs[t] ==
+                static_cast<unsigned char>(text[(o + t) % text.size()]);
+      }
+      if (match) start = o;
+    }
+    ASSERT_NE(start, std::string::npos) << "sample " << id;
+    offsets.insert(start);
+    for (int t = 0; t + 1 < 100; ++t) EXPECT_EQ(s->targets[t], s->inputs[t + 1]);
+    absl::StatusOr<TokenSample> shorter = corpus.Tokens(id, 7);
+    ASSERT_TRUE(shorter.ok());
+    EXPECT_TRUE(std::equal(shorter->inputs.begin(), shorter->inputs.end(),
+                           s->inputs.begin()));
+  }
+  EXPECT_GT(offsets.size(), 5u);  // Seeded offsets, not one window.
+
+  options.vocab = 128;
+  EXPECT_THAT(std::string(SyntheticCorpus(options).Tokens(0, 8).status().message()),
+              HasSubstr("bytes"));
 }
 
 }  // namespace
