@@ -426,6 +426,9 @@ TEST_F(ControlPlaneTest, RefitsAtMostOncePerCompletedStep) {
   // step is planned, and refits due meanwhile are run as one.
   ControlPlaneOptions o = Options();
   o.refit_every = 1;
+  // Steps too large for one pack over the world (the plan the planner picks
+  // for small ones under the H200 data sheet), so each brings several tasks.
+  o.tokens_per_step = 8 * 65536;
   std::vector<RefitEvent> refits;
   o.on_refit = [&](const RefitEvent& e) { refits.push_back(e); };
   auto cp = Start(o);
@@ -620,6 +623,7 @@ TEST_F(ControlPlaneTest, StepsWithoutASyncTimeLeaveTheSyncAtThePrior) {
   // Every rank reports a sync of 0 (proto3's "not measured"): the refits
   // learn the tasks (1.5x slower) but keep the prior's sync.
   ControlPlaneOptions o = Options();
+  o.tokens_per_step = 8 * 65536;  // Several tasks a step, as above.
   const double prior_sync =
       CostModel::FromSpecs(o.cluster, o.model, o.world_size).SyncSeconds();
   auto cp = Start(o);

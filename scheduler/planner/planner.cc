@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -118,6 +119,25 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
     Draft& d = drafts[order[k]];
     Finish(&d);
     if (best < 0 || d.makespan < drafts[best].makespan) best = order[k];
+  }
+  // Never worse than one group size for every sequence, as its own cost
+  // model sees them: on costs where splitting everything balances best
+  // (cheap communication), that is the plan.
+  double total_units = 0;
+  for (const Item& it : items_) total_units += it.units;
+  for (int p : sizes_) {
+    // A bound below which no uniform plan of p can go: the time is affine
+    // in a task's tokens and attention units, so the world's whole work as
+    // one task (constants once, no recompute, inside a node) spread evenly
+    // over the groups.
+    const double bound =
+        model_.TaskSecondsFromSums(p, true, total_tokens, total_units, 0) *
+        p / world_;
+    if (bound >= drafts[best].makespan) continue;
+    std::optional<Draft> uniform = BuildUniform(p);
+    if (uniform.has_value() && uniform->makespan < drafts[best].makespan) {
+      drafts[best] = *std::move(uniform);
+    }
   }
   return Emit(step, drafts[best], total_tokens);
 }

@@ -145,6 +145,38 @@ TEST(PlannerTest, ComesCloseToTheLowerBoundOnABalancedLoad) {
   EXPECT_LT(r->makespan_s / r->lower_bound_s, 1.06);
 }
 
+// Where communication is free and every task costs a fixed second (a CPU
+// host over loopback, say), one pack of everything over the whole world is
+// the best plan there is: the planner must not do worse under its own model.
+TEST(PlannerTest, NeverWorseThanOneGroupSizeForEverySequence) {
+  const ModelSpec model = *BuiltinModel("llama3-8b");
+  constexpr int kWorld = 8;
+  const CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), model, kWorld);
+  CostModel::Coefficients c = sheet.coefficients();
+  c.a2a_byte_intra = c.a2a_byte_inter = 0;
+  c.a2a_fixed_intra = c.a2a_fixed_inter = 0;
+  c.fixed = 1.0;
+  const CostModel costs(c, model, sheet.memory_cap(), sheet.gpus_per_node());
+  std::vector<int32_t> lengths = SkewedLengths(40, 5, 8000);
+  LengthView view(lengths, 131072);
+  PlannerOptions o;
+  o.world_size = kWorld;
+  absl::StatusOr<Planner> planner = Planner::Create(costs, o);
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  const std::vector<int64_t> ids = AllIds(lengths.size());
+  absl::StatusOr<StepPlan> plan = planner->PlanStep(0, ids, view);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  double tokens = 0, units = 0;
+  for (int64_t id : ids) {
+    tokens += view[id];
+    units += costs.AttentionUnits(view[id]);
+  }
+  ASSERT_LE(tokens / kWorld, costs.MaxTokensPerGpu(0));  // One pack fits.
+  const double one_pack =
+      costs.TaskSecondsFromSums(kWorld, true, tokens, units, 0);
+  EXPECT_LE(plan->predicted_makespan_s, one_pack + costs.SyncSeconds() + 1e-9);
+}
+
 TEST(PlannerTest, RecomputeIsUsedOnlyWhenMemoryNeedsIt) {
   // A single head allows no sequence parallelism: a 60K sequence cannot fit
   // one GPU at r = 0 (about 24K tokens on 8 ranks), so it must be

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -144,6 +145,11 @@ class StepPlanner {
   }
   void Deal(const std::vector<int>& short_items, Draft* d) const;
   void Refine(Draft* d) const;
+  // Every sequence on groups of `p` ranks (packed first fit, the packs dealt
+  // longest first to the group that finishes first): the layout a static
+  // plan of size p would run, with its exact step time. Nothing when a
+  // sequence fits no group of p or p does not divide the world.
+  std::optional<Draft> BuildUniform(int p) const;
   StepPlan Emit(int64_t step, const Draft& d, double total_tokens) const;
 
   const CostModel& model_;
