@@ -53,6 +53,7 @@
 #include "scheduler/server/scheduler_server.h"
 #include "train/process_groups.h"
 #include "train/rank_plan.h"
+#include "train/torch_threads.h"
 #include "train/trainer.h"
 
 // The job: dcp-plan's flags, with defaults a CPU trains in seconds.
@@ -454,7 +455,7 @@ absl::Status Run() {
         absl::StrCat("--local_world=", local_world,
                      ": must be a positive rank count, with --mode=dcp"));
   }
-  at::set_num_threads(threads);
+  train::SetTorchThreads(threads);
   if (mode == "single") return RunSingle(steps);
   if (local_world > 0) return RunLocalWorld(local_world, steps);
   return RunRank();

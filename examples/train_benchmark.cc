@@ -50,6 +50,7 @@
 #include "examples/train_benchmark_rank.h"
 #include "scheduler/cli/job_config.h"
 #include "scheduler/planner/plan.h"
+#include "train/torch_threads.h"
 
 ABSL_FLAG(std::string, lengths, "data/lengths/wikipedia.txt",
           "Length trace the global batches are drawn from.");
@@ -456,7 +457,7 @@ absl::StatusOr<bool> RunBenchmark(const BenchmarkOptions& o) {
   job.session = kSession;
   job.steps = o.warmup_steps + o.steps;
   job.memory_length = o.memory_length;
-  at::set_num_threads(1);  // As the ranks run.
+  train::SetTorchThreads(1);  // As the ranks run.
   RETURN_IF_ERROR(KeepFreedMemory());
   ASSIGN_OR_RETURN(CpuCalibration cal, CalibrateCpuCosts(job, o.job.window));
   ASSIGN_OR_RETURN(PlanSet plans, Plan(o, job, loaded.lengths, cal));

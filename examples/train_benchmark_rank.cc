@@ -19,6 +19,7 @@
 #include "examples/train_benchmark_job.h"
 #include "examples/train_benchmark_processes.h"
 #include "train/rank_plan.h"
+#include "train/torch_threads.h"
 #include "train/trainer.h"
 
 namespace dcp::train_benchmark {
@@ -120,7 +121,7 @@ absl::Status KeepFreedMemory() {
 
 absl::Status RunRank(const std::string& dir, int rank,
                      const std::string& address) {
-  at::set_num_threads(1);
+  train::SetTorchThreads(1);
   RETURN_IF_ERROR(KeepFreedMemory());
   ASSIGN_OR_RETURN(Job job, ReadJob(dir));
   ASSIGN_OR_RETURN(RankGroups groups,
@@ -148,7 +149,7 @@ absl::Status RunRank(const std::string& dir, int rank,
 }
 
 absl::Status RunMemoryCheck(const std::string& dir) {
-  at::set_num_threads(1);
+  train::SetTorchThreads(1);
   if (mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) != 1 ||
       mallopt(M_TRIM_THRESHOLD, kMmapThresholdBytes) != 1) {
     return absl::InternalError("mallopt refused the thresholds");

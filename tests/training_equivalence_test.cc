@@ -42,6 +42,7 @@
 #include "tests/rank_processes.h"
 #include "torch/optim/adamw.h"
 #include "train/rank_plan.h"
+#include "train/torch_threads.h"
 #include "train/trainer.h"
 #include "train/transformer.h"
 
@@ -244,7 +245,7 @@ int RankMain(const std::vector<std::string>& args) {
   int rank = -1;
   if (!c.ok() || !absl::SimpleAtoi(args[1], &rank)) return 2;
   const std::string& out = args[3];
-  at::set_num_threads(1);
+  dcp::train::SetTorchThreads(1);
   absl::StatusOr<testing_ranks::RankGroups> groups =
       testing_ranks::ConnectRankGroups(args[2], kSession, rank, kGroupTimeout);
   if (!groups.ok()) {
@@ -560,7 +561,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--rank_job") {
     return dcp::RankMain(std::vector<std::string>(argv + 2, argv + argc));
   }
-  at::set_num_threads(1);
+  dcp::train::SetTorchThreads(1);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

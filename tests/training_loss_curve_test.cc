@@ -43,6 +43,7 @@
 #include "tests/child_process.h"
 #include "tests/rank_processes.h"
 #include "train/rank_plan.h"
+#include "train/torch_threads.h"
 #include "train/trainer.h"
 
 namespace dcp {
@@ -133,7 +134,7 @@ int RankMain(const std::vector<std::string>& args) {
     return 2;
   }
   const std::string& dir = args[2];
-  at::set_num_threads(1);
+  dcp::train::SetTorchThreads(1);
   absl::StatusOr<testing_ranks::RankGroups> groups =
       testing_ranks::ConnectRankGroups(args[1], kSession, rank, kGroupTimeout);
   if (!groups.ok()) {
@@ -332,7 +333,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--rank_job") {
     return dcp::RankMain(std::vector<std::string>(argv + 2, argv + argc));
   }
-  at::set_num_threads(1);
+  dcp::train::SetTorchThreads(1);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -27,9 +27,13 @@ declare -A PACKAGE_GROUPS=(
   # the model, sequence parallelism and the trainer under train/; gnuplot
   # (without X) for tools/plot_loss.sh, which draws dcp-train's loss logs.
   # libtorch links the BLAS alternative, which is Debian's reference BLAS
-  # unless an optimised one is installed: OpenBLAS (serial, since each rank
-  # runs torch on one thread) takes its place.
-  [train]="libtorch-dev libopenblas0-serial gnuplot-nox"
+  # (~15x slower here) unless an optimised one is installed. BLIS (serial)
+  # takes its place: it is reentrant, where Debian's serial OpenBLAS gives
+  # wrong sgemm results when several threads of a process call it at once
+  # (ranks as threads in the tests), and its threaded builds carry 60 KB of
+  # thread-local storage, more than civetweb's worker threads' stacks
+  # leave room for (the metrics server then cannot start).
+  [train]="libtorch-dev libblis4-serial gnuplot-nox"
 )
 
 usage() {

@@ -1,6 +1,5 @@
 #include "worker_agent/model_executor.h"
 
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "common/status_macros.h"
 #include "train/process_groups.h"
 #include "train/rank_plan.h"
+#include "train/torch_threads.h"
 #include "train/trainer.h"
 
 namespace dcp {
@@ -103,7 +103,7 @@ absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
   if (store == nullptr) {
     return absl::InvalidArgumentError("model executor: no rendezvous store");
   }
-  if (options.torch_threads > 0) at::set_num_threads(options.torch_threads);
+  if (options.torch_threads > 0) train::SetTorchThreads(options.torch_threads);
   ProcessGroups::Options group_options;
   group_options.rank = options.rank;
   group_options.hostname = options.hostname;
