@@ -51,6 +51,28 @@ StepPlan StepPlanner::Emit(int64_t step, const Draft& d,
   return plan;
 }
 
+void StepPlanner::KeepUniformIfFaster(double total_tokens, Draft* best) const {
+  // Never worse than one group size for every sequence, as its own cost
+  // model sees them: on costs where splitting everything balances best
+  // (cheap communication), that is the plan.
+  double total_units = 0;
+  for (const Item& it : items_) total_units += it.units;
+  for (int p : sizes_) {
+    // A bound below which no uniform plan of p can go: the time is affine
+    // in a task's tokens and attention units, so the world's whole work as
+    // one task (constants once, no recompute, inside a node) spread evenly
+    // over the groups.
+    const double bound =
+        model_.TaskSecondsFromSums(p, true, total_tokens, total_units, 0) *
+        p / world_;
+    if (bound >= best->makespan) continue;
+    std::optional<Draft> uniform = BuildUniform(p);
+    if (uniform.has_value() && uniform->makespan < best->makespan) {
+      *best = *std::move(uniform);
+    }
+  }
+}
+
 absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
                                            absl::Span<const int64_t> samples,
                                            const LengthView& lengths) {
@@ -120,25 +142,7 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
     Finish(&d);
     if (best < 0 || d.makespan < drafts[best].makespan) best = order[k];
   }
-  // Never worse than one group size for every sequence, as its own cost
-  // model sees them: on costs where splitting everything balances best
-  // (cheap communication), that is the plan.
-  double total_units = 0;
-  for (const Item& it : items_) total_units += it.units;
-  for (int p : sizes_) {
-    // A bound below which no uniform plan of p can go: the time is affine
-    // in a task's tokens and attention units, so the world's whole work as
-    // one task (constants once, no recompute, inside a node) spread evenly
-    // over the groups.
-    const double bound =
-        model_.TaskSecondsFromSums(p, true, total_tokens, total_units, 0) *
-        p / world_;
-    if (bound >= drafts[best].makespan) continue;
-    std::optional<Draft> uniform = BuildUniform(p);
-    if (uniform.has_value() && uniform->makespan < drafts[best].makespan) {
-      drafts[best] = *std::move(uniform);
-    }
-  }
+  KeepUniformIfFaster(total_tokens, &drafts[best]);
   return Emit(step, drafts[best], total_tokens);
 }
 

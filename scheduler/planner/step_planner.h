@@ -150,6 +150,10 @@ class StepPlanner {
   // plan of size p would run, with its exact step time. Nothing when a
   // sequence fits no group of p or p does not divide the world.
   std::optional<Draft> BuildUniform(int p) const;
+  // Replaces `best` by the fastest uniform draft that beats it, if any:
+  // never worse than one group size for every sequence, as this cost
+  // model sees them.
+  void KeepUniformIfFaster(double total_tokens, Draft* best) const;
   StepPlan Emit(int64_t step, const Draft& d, double total_tokens) const;
 
   const CostModel& model_;
