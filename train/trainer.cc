@@ -149,6 +149,17 @@ struct RankTrainer::TaskOutcome {
   int64_t tokens = 0;
 };
 
+// What RunTasks did: each task's seconds and when the last one ended; the
+// first failure and its task; whether it was a communication failure,
+// after which no later task was run.
+struct RankTrainer::TasksRun {
+  std::vector<double> seconds;
+  absl::Time end;
+  absl::Status failure;
+  int64_t failed_task = kNoFailure;
+  bool peer_gone = false;
+};
+
 absl::StatusOr<std::unique_ptr<RankTrainer>> RankTrainer::Create(
     RankTrainerOptions options, ProcessGroups* groups) {
   if (options.world_size < 1 || options.rank < 0 ||
@@ -211,7 +222,22 @@ absl::StatusOr<StepStats> RankTrainer::Step(const RankPlan& plan,
       options_.world_size, plan.epoch,
       absl::StrCat(options_.session_id, "/e", plan.epoch, "/dp"));
   if (!world.ok()) return Annotate(world.status(), Where(plan));
+  RETURN_IF_ERROR(FormTaskGroups(plan));
   return RunStep(plan, *world, options);
+}
+
+absl::Status RankTrainer::FormTaskGroups(const RankPlan& plan) {
+  for (const RankTask& task : plan.tasks) {
+    if (task.group_ranks.size() < 2) continue;
+    absl::StatusOr<CommKey> key = CommKey::Make(task.group_ranks, plan.epoch);
+    absl::Status formed = key.status();
+    if (key.ok()) formed = groups_->Get(*key, task.rendezvous_prefix).status();
+    if (!formed.ok()) {
+      return Annotate(formed, absl::StrCat(WhereTask(plan, task),
+                                           ": forming its group"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepStats> RankTrainer::ReferenceStep(
@@ -229,21 +255,33 @@ absl::StatusOr<std::vector<double>> RankTrainer::Rehearse(
   }
   ZeroGradients();
   TaskOutcome outcome;
-  std::vector<double> seconds;
-  absl::Time task_start = options_.clock->Now();
-  absl::Status failure;
+  TasksRun run = RunTasks(plan, options_.clock->Now(), outcome);
+  ZeroGradients();
+  if (!run.failure.ok()) return run.failure;
+  return std::move(run.seconds);
+}
+
+RankTrainer::TasksRun RankTrainer::RunTasks(const RankPlan& plan,
+                                            absl::Time start,
+                                            TaskOutcome& outcome) {
+  TasksRun run;
+  run.seconds.reserve(plan.tasks.size());
+  run.end = start;
   for (const RankTask& task : plan.tasks) {
-    absl::Status status = RunTask(plan, task, !failure.ok(), outcome);
+    absl::Status status = RunTask(plan, task, !run.failure.ok(), outcome);
     const absl::Time task_end = options_.clock->Now();
-    seconds.push_back(absl::ToDoubleSeconds(task_end - task_start));
-    task_start = task_end;
-    if (failure.ok() && !status.ok()) {
-      failure = Annotate(status, WhereTask(plan, task));
+    run.seconds.push_back(absl::ToDoubleSeconds(task_end - run.end));
+    run.end = task_end;
+    if (!run.failure.ok() || status.ok()) continue;
+    run.failure = Annotate(status, WhereTask(plan, task));
+    run.failed_task = task.task_index;
+    // With a peer gone, the rest of the step would only wait it out again.
+    if (IsCommunicationFailure(status)) {
+      run.peer_gone = true;
+      break;
     }
   }
-  ZeroGradients();
-  if (!failure.ok()) return failure;
-  return seconds;
+  return run;
 }
 
 absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
@@ -253,25 +291,13 @@ absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
   gradients_.clear();
   ZeroGradients();
   TaskOutcome outcome;
-  absl::Status failure;
-  int64_t failed_task = kNoFailure;
-  std::vector<double> task_seconds;
-  task_seconds.reserve(plan.tasks.size());
-  absl::Time task_start = start;
-  for (const RankTask& task : plan.tasks) {
-    absl::Status status = RunTask(plan, task, !failure.ok(), outcome);
-    const absl::Time task_end = options_.clock->Now();
-    task_seconds.push_back(absl::ToDoubleSeconds(task_end - task_start));
-    task_start = task_end;
-    if (!failure.ok() || status.ok()) continue;
-    failure = Annotate(status, WhereTask(plan, task));
-    failed_task = task.task_index;
-    // With a peer gone, the rest of the step would only wait it out again.
-    if (IsCommunicationFailure(status)) {
-      ZeroGradients();
-      return failure;
-    }
+  TasksRun run = RunTasks(plan, start, outcome);
+  if (run.peer_gone) {
+    ZeroGradients();
+    return run.failure;
   }
+  const absl::Status& failure = run.failure;
+  const int64_t failed_task = run.failed_task;
   if (world != nullptr) {
     // Every rank learns whether any task failed, and that all run one step.
     at::Tensor votes = at::tensor(
@@ -307,8 +333,8 @@ absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
   if (!stats.ok()) return Annotate(stats.status(), Where(plan));
   const absl::Time end = options_.clock->Now();
   stats->seconds = absl::ToDoubleSeconds(end - start);
-  stats->sync_seconds = absl::ToDoubleSeconds(end - task_start);
-  stats->task_seconds = std::move(task_seconds);
+  stats->sync_seconds = absl::ToDoubleSeconds(end - run.end);
+  stats->task_seconds = std::move(run.seconds);
   return stats;
 }
 

@@ -9,6 +9,7 @@
 #include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "train/corpus.h"
@@ -148,6 +149,7 @@ class RankTrainer {
 
  private:
   struct TaskOutcome;
+  struct TasksRun;
 
   RankTrainer(RankTrainerOptions options, std::unique_ptr<Transformer> model,
               ProcessGroups* groups);
@@ -158,6 +160,13 @@ class RankTrainer {
                                     c10d::ProcessGroup* world,
                                     const StepOptions& options);
   // Runs (forward, backward) one task, or refuses it when `refuse`.
+  // Forms the groups of this rank's tasks in task order (as every member
+  // does), so that no task's time includes its group's formation.
+  absl::Status FormTaskGroups(const RankPlan& plan);
+  // Runs the plan's tasks in order from `start` on the trainer's clock,
+  // refusing those after a failure (so that their peers fail at once).
+  TasksRun RunTasks(const RankPlan& plan, absl::Time start,
+                    TaskOutcome& outcome);
   absl::Status RunTask(const RankPlan& plan, const RankTask& task, bool refuse,
                        TaskOutcome& outcome);
   // The task's inputs and targets for this rank's shard.

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "comm/comm_key.h"
 #include "common/process_memory.h"
 #include "common/status_macros.h"
 #include "train/process_groups.h"
@@ -135,7 +134,6 @@ absl::StatusOr<StepExecution> ModelExecutor::RunStep(const v1::RankStep& step) {
   }
   ASSIGN_OR_RETURN(const RankPlan plan, RankPlanFromRankStep(step));
   const RankPlan scaled = ScaledRankPlan(plan, options_.token_scale);
-  RETURN_IF_ERROR(FormGroups(scaled));
   ASSIGN_OR_RETURN(const train::StepStats stats, trainer_->Step(scaled));
   StepExecution done;
   done.report = Report(step, plan, stats);
@@ -153,24 +151,6 @@ absl::StatusOr<StepExecution> ModelExecutor::RunStep(const v1::RankStep& step) {
     executed.seconds = done.report.tasks(static_cast<int>(m)).seconds();
   }
   return done;
-}
-
-absl::Status ModelExecutor::FormGroups(const RankPlan& plan) {
-  for (const RankTask& task : plan.tasks) {
-    if (task.group_ranks.size() < 2) continue;
-    absl::StatusOr<CommKey> key = CommKey::Make(task.group_ranks, plan.epoch);
-    absl::Status formed = key.status();
-    if (key.ok()) formed = groups_->Get(*key, task.rendezvous_prefix).status();
-    if (!formed.ok()) {
-      return absl::Status(
-          formed.code(),
-          absl::StrCat("rank ", plan.rank, ", step ", plan.step, ", task ",
-                       task.task_index, ": forming its group [",
-                       absl::StrJoin(task.group_ranks, ","),
-                       "]: ", formed.message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(

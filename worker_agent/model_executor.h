@@ -17,7 +17,6 @@
 namespace dcp {
 
 class ProcessGroups;
-struct RankPlan;
 namespace train {
 class RankTrainer;
 }  // namespace train
@@ -113,9 +112,6 @@ class ModelExecutor {
                 std::unique_ptr<ProcessGroups> groups,
                 std::unique_ptr<train::RankTrainer> trainer);
 
-  // Forms the groups of `plan`'s tasks in task order (as every member
-  // does), so that their formation is not timed as the tasks'.
-  absl::Status FormGroups(const RankPlan& plan);
   // One grid point of the profile: seconds (median) and peak bytes.
   absl::StatusOr<v1::ProfileEntry> ProfilePoint(const v1::ProfileRequest& request,
                                                 const v1::CommGroup* group,
