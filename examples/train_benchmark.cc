@@ -386,7 +386,7 @@ bool ReportMemory(std::vector<MemoryRecord> records, const Job& job) {
 
 absl::Status RunChildren(const std::string& dir, const Job& job,
                          absl::Duration timeout) {
-  ASSIGN_OR_RETURN(std::string self, SelfPath());
+  ASSIGN_OR_RETURN(std::string self, SelfExecutable());
   ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
                    StartRendezvousServer(job.world_size, job.session, job.model,
                                          job.memory_length));

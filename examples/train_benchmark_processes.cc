@@ -37,13 +37,6 @@ std::string Tail(const std::string& path, size_t max_bytes) {
 
 }  // namespace
 
-absl::StatusOr<std::string> SelfPath() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
-  return std::string(path, n);
-}
-
 Children::~Children() { KillAll(); }
 
 absl::Status Children::Spawn(const std::string& name,

@@ -16,12 +16,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "examples/rank_processes.h"
 #include "examples/rendezvous_ranks.h"
 
 namespace dcp::train_benchmark {
 
-/// This process's binary (/proc/self/exe), for re-running it as a rank.
-absl::StatusOr<std::string> SelfPath();
+/// This process's binary, for re-running it as a rank.
+using examples::SelfExecutable;
 
 /// A child process with stdout and stderr in files.
 struct Child {

@@ -1,19 +1,17 @@
 #include "tests/rank_processes.h"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "common/model_spec.h"
+#include "examples/rank_processes.h"
 
 namespace dcp::testing_ranks {
 
 std::string SelfPath() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  return n > 0 ? std::string(path, n) : "";
+  absl::StatusOr<std::string> self = examples::SelfExecutable();
+  return self.ok() ? *self : "";
 }
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> StartRendezvousServer(
