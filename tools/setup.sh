@@ -34,6 +34,10 @@ declare -A PACKAGE_GROUPS=(
   # thread-local storage, more than civetweb's worker threads' stacks
   # leave room for (the metrics server then cannot start).
   [train]="libtorch-dev libblis4-serial gnuplot-nox"
+  # The Python binding (client_lib/python) and its test: pybind11's headers,
+  # the headers of Debian's python3, and python3-torch (the same libtorch
+  # 1.13, for torch.distributed and the Python model of examples/).
+  [python]="python3-dev pybind11-dev python3-torch"
 )
 
 usage() {
@@ -48,7 +52,7 @@ installed() {
 
 main() {
   local groups=("$@")
-  ((${#groups[@]})) || groups=(build train)
+  ((${#groups[@]})) || groups=(build train python)
 
   local group pkg missing=()
   for group in "${groups[@]}"; do
