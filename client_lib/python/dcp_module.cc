@@ -60,56 +60,21 @@ absl::Duration Seconds(double seconds, const char* what) {
   return absl::Seconds(seconds);
 }
 
-// One task as Python sees it: Client's StepTask with the loss weights
-// always present (derived from the step's tokens when the plan has none,
-// as train/trainer.cc derives them) and no communicator (Python forms its
-// own torch.distributed groups, dcp.torch).
-struct PyTask {
-  int task_index = 0;
-  int micro_step = 0;
-  std::vector<int64_t> samples;
-  std::vector<int64_t> lengths;
-  std::vector<double> loss_weights;
-  double recompute = 0;
-  std::vector<int> group_ranks;
-  std::string rendezvous_prefix;
-};
-
-struct PyStep {
-  int64_t step = -1;
-  int64_t epoch = 0;
-  int64_t total_tokens = 0;
-  bool drained = false;
-  std::vector<PyTask> tasks;
-  // The Step the C++ client returned: what report_step hands back to it.
-  std::shared_ptr<const Step> native;
-};
-
-PyStep ToPython(Step step) {
-  PyStep out;
-  out.step = step.step;
-  out.epoch = step.epoch;
-  out.total_tokens = step.total_tokens;
-  out.drained = step.drained;
-  for (const StepTask& t : step.tasks) {
-    PyTask& task = out.tasks.emplace_back();
-    task.task_index = t.task_index;
-    task.micro_step = t.micro_step;
-    task.samples = t.samples;
-    task.lengths = t.lengths;
-    task.loss_weights = t.loss_weights;
-    if (task.loss_weights.empty() && step.total_tokens > 0) {
-      for (int64_t length : t.lengths) {
-        task.loss_weights.push_back(static_cast<double>(length) /
-                                    static_cast<double>(step.total_tokens));
-      }
+// Python sees Client's Step and StepTask, but for two things: a task's
+// `group` is not exposed (Python forms its own torch.distributed groups,
+// dcp.torch), and its loss weights are always present: when the plan has
+// none they are derived from the step's tokens, as train/trainer.cc
+// derives them.
+Step WithLossWeights(Step step) {
+  if (step.total_tokens <= 0) return step;
+  for (StepTask& task : step.tasks) {
+    if (!task.loss_weights.empty()) continue;
+    for (int64_t length : task.lengths) {
+      task.loss_weights.push_back(static_cast<double>(length) /
+                                  static_cast<double>(step.total_tokens));
     }
-    task.recompute = t.recompute;
-    task.group_ranks = t.group_ranks;
-    task.rendezvous_prefix = t.rendezvous_prefix;
   }
-  out.native = std::make_shared<const Step>(std::move(step));
-  return out;
+  return step;
 }
 
 class PyClient {
@@ -146,25 +111,21 @@ class PyClient {
     client_ = OrThrow(Client::Connect(std::move(options)));
   }
 
-  PyStep NextStep() {
+  Step NextStep() {
     absl::StatusOr<Step> step;
     {
       py::gil_scoped_release unlocked;
       step = Live().NextStep();
     }
-    return ToPython(OrThrow(std::move(step)));
+    return WithLossWeights(OrThrow(std::move(step)));
   }
 
-  void ReportStep(const PyStep& step, const std::vector<double>& task_seconds,
+  void ReportStep(const Step& step, const std::vector<double>& task_seconds,
                   double sync_seconds) {
-    if (step.native == nullptr) {
-      throw StatusError(absl::InvalidArgumentError(
-          "report_step needs a step that next_step returned"));
-    }
     absl::Status status;
     {
       py::gil_scoped_release unlocked;
-      status = Live().ReportStep(*step.native, task_seconds, sync_seconds);
+      status = Live().ReportStep(step, task_seconds, sync_seconds);
     }
     OrThrow(status);
   }
@@ -205,36 +166,33 @@ SyntheticCorpus MakeCorpus(int32_t vocab, uint64_t seed, int patterns,
 }
 
 void DefineStep(py::module_& m) {
-  py::class_<PyTask>(m, "Task", "One micro-step of a rank (see dcp.Client).")
-      .def_readonly("task_index", &PyTask::task_index)
-      .def_readonly("micro_step", &PyTask::micro_step)
-      .def_readonly("samples", &PyTask::samples)
-      .def_readonly("lengths", &PyTask::lengths)
-      .def_readonly("loss_weights", &PyTask::loss_weights)
-      .def_readonly("recompute", &PyTask::recompute)
-      .def_readonly("group_ranks", &PyTask::group_ranks)
-      .def_readonly("rendezvous_prefix", &PyTask::rendezvous_prefix)
-      .def("__repr__", [](const PyTask& t) {
+  py::class_<StepTask>(m, "Task", "One micro-step of a rank (see dcp.Client).")
+      .def_readonly("task_index", &StepTask::task_index)
+      .def_readonly("micro_step", &StepTask::micro_step)
+      .def_readonly("samples", &StepTask::samples)
+      .def_readonly("lengths", &StepTask::lengths)
+      .def_readonly("loss_weights", &StepTask::loss_weights)
+      .def_readonly("recompute", &StepTask::recompute)
+      .def_readonly("group_ranks", &StepTask::group_ranks)
+      .def_readonly("rendezvous_prefix", &StepTask::rendezvous_prefix)
+      .def("__repr__", [](const StepTask& t) {
         return absl::StrCat("dcp.Task(task_index=", t.task_index,
                             ", samples=", t.samples.size(), ", group of ",
                             t.group_ranks.size(), ", recompute=", t.recompute,
                             ")");
       });
-  py::class_<PyStep>(m, "Step", "One global batch as this rank sees it.")
-      .def_readonly("step", &PyStep::step)
-      .def_readonly("epoch", &PyStep::epoch)
-      .def_readonly("total_tokens", &PyStep::total_tokens)
-      .def_readonly("drained", &PyStep::drained)
-      .def_readonly("tasks", &PyStep::tasks)
+  py::class_<Step>(m, "Step", "One global batch as this rank sees it.")
+      .def_readonly("step", &Step::step)
+      .def_readonly("epoch", &Step::epoch)
+      .def_readonly("total_tokens", &Step::total_tokens)
+      .def_readonly("drained", &Step::drained)
+      .def_readonly("tasks", &Step::tasks)
       .def_property_readonly(
           "plan",
-          [](const PyStep& s) {
-            return py::bytes(s.native ? s.native->plan.SerializeAsString()
-                                      : std::string());
-          },
+          [](const Step& s) { return py::bytes(s.plan.SerializeAsString()); },
           "The step as the scheduler sent it for this rank: a serialized "
           "dcp.v1.RankStep (proto/plan.proto), for logs and tools.")
-      .def("__repr__", [](const PyStep& s) {
+      .def("__repr__", [](const Step& s) {
         return s.drained ? std::string("dcp.Step(drained)")
                          : absl::StrCat("dcp.Step(step=", s.step,
                                         ", epoch=", s.epoch, ", tasks=",

@@ -174,26 +174,25 @@ def _heads_to_seq(x, group):
     return recv.permute(1, 0, 2, 3).reshape(s // p, p * n_local, d)
 
 
-class _SeqToHeads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _seq_to_heads(x, group)
+def _exchange_function(forward, backward):
+    """An autograd function running ``forward(x, group)`` whose backward is
+    ``backward(grad, group)``."""
 
-    @staticmethod
-    def backward(ctx, grad):
-        return _heads_to_seq(grad, ctx.group), None
+    class Exchange(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, group):
+            ctx.group = group
+            return forward(x, group)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return backward(grad, ctx.group), None
+
+    return Exchange
 
 
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _heads_to_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _seq_to_heads(grad, ctx.group), None
+_SeqToHeads = _exchange_function(_seq_to_heads, _heads_to_seq)
+_HeadsToSeq = _exchange_function(_heads_to_seq, _seq_to_heads)
 
 
 def _check(x, p, dim, what):
