@@ -41,10 +41,15 @@ struct ClientOptions {
   /// Sidecar mode: deadline of ReportStep's call to the agent.
   absl::Duration rpc_timeout = absl::Seconds(30);
   /// In-process mode: hand each task of more than one rank a dcp
-  /// `Communicator` (the agent forms them as steps arrive). False for a
+  /// `Communicator` (the agent forms them as steps arrive), on the library
+  /// `agent.comm_backend` chooses: with `--config=cuda` and a GPU present
+  /// (kAuto), NCCL groups split from each epoch's world, whose collectives
+  /// take device pointers on GPU `agent.gpu`; Gloo groups, on host memory,
+  /// otherwise (`agent()->comm_backend()` tells which). False for a
   /// trainer that runs its collectives on c10d process groups it forms
-  /// itself through `rendezvous_store()` (train/process_groups.h): the
-  /// tasks' `group` is then null and the agent forms nothing.
+  /// itself through `rendezvous_store()` (train/process_groups.h; Gloo,
+  /// Debian's libtorch being CPU-only): the tasks' `group` is then null and
+  /// the agent forms nothing, so kAuto stays on Gloo.
   bool communicators = true;
 };
 
@@ -68,8 +73,9 @@ struct StepTask {
   /// Ascending global ranks of the group; this rank is one of them.
   std::vector<int> group_ranks;
   /// In-process mode, p > 1: the group's communicator, owned by the client
-  /// (valid until it is destroyed; use it from one thread at a time). Null
-  /// for p = 1 and in sidecar mode.
+  /// (valid until it is destroyed; use it from one thread at a time): host
+  /// pointers on Gloo, device pointers on NCCL (see
+  /// `ClientOptions::communicators`). Null for p = 1 and in sidecar mode.
   Communicator* group = nullptr;
   /// Where the group's members meet in the scheduler's rendezvous store
   /// (empty for p = 1): what a sidecar trainer forms its own communicator
@@ -147,9 +153,10 @@ class Client {
 
   /// In-process mode: the data-parallel group of the whole world, for the
   /// gradient all-reduce that closes a step (`Agent::DataParallelGroup`;
-  /// every rank calls it after the step's tasks, formed on first use per
-  /// epoch). Owned by the client. FAILED_PRECONDITION in sidecar mode (the
-  /// agent's communicators live in its process) and in a world of one.
+  /// every rank calls it after the step's tasks; formed once per epoch), on
+  /// the same library as the tasks' groups. Owned by the client.
+  /// FAILED_PRECONDITION in sidecar mode (the agent's communicators live in
+  /// its process) and in a world of one.
   absl::StatusOr<Communicator*> DataParallelGroup();
 
   /// This client's global rank.

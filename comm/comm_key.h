@@ -14,8 +14,7 @@
 namespace dcp {
 
 // `Communicator`, the interface every group implements, is declared in
-// comm/communicator.h so that kernels can run over it without depending on
-// the agent; this header adds what the agent keys its groups by.
+// comm/communicator.h; this header adds what the agent keys its groups by.
 
 /// What a group is for. The same members in the same epoch may form two
 /// communicators: a sequence-parallel group of a plan's task, and the

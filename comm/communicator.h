@@ -7,12 +7,11 @@
 
 namespace dcp {
 
-/// The collectives of one communicator group, as the kernels use them.
+/// The collectives of one communicator group, as a trainer runs them.
 ///
-/// The interface lives in kernels/ (the lowest layer that runs collectives) so
-/// that both the agent and the client library can hand a communicator to a
-/// kernel; the implementations (Gloo, NCCL) and the cache that owns them live
-/// in worker_agent/.
+/// The interface, its implementations (Gloo, NCCL) and the cache that owns
+/// formed groups all live in comm/, so that both the agent and the client
+/// library can hand a group to a training loop.
 ///
 /// Every collective is synchronous and must be called by all `size()` members
 /// of the group in the same order. Errors come back as a status, never as an

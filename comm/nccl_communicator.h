@@ -8,21 +8,29 @@
 #include "absl/time/time.h"
 #include "comm/comm_key.h"
 #include "comm/rendezvous_store.h"
+#include "common/clock.h"
 
 namespace dcp {
 
 /// A communicator over NCCL: the GPU path of the sequence-parallel layers.
 ///
 /// This header is the same in every build. The implementation exists only
-/// with `--config=cuda` (//kernels:cuda_enabled); otherwise `Create` and
-/// `Split` return UNIMPLEMENTED ("built without CUDA") and `BuiltWithCuda()`
-/// is false, so callers fall back to Gloo.
+/// with `--config=cuda` (//third_party/cuda:cuda_enabled); otherwise `Create`
+/// and `Split` return UNIMPLEMENTED ("built without CUDA") and
+/// `BuiltWithCuda()` is false, so callers fall back to Gloo
+/// (comm/comm_backend.h decides).
 ///
-/// RAII: the object owns its `ncclComm_t` and a CUDA stream. The destructor
-/// finalizes and destroys the communicator (bounded by the timeout; it aborts
-/// instead when finalizing does not end); `Abort()` calls `ncclCommAbort`
-/// once, after which the destructor frees only the stream. Non-copyable,
-/// non-movable: own it through `std::unique_ptr` (the CommunicatorCache does).
+/// The agent and in-process clients form their groups the way
+/// `SplitGroupFormer` does: one world communicator per epoch (`Create`,
+/// through the scheduler's rendezvous store), and each group split from it
+/// (`Split`).
+///
+/// RAII: the object owns its `ncclComm_t` and a CUDA stream (unless
+/// `Options::stream` lends one). The destructor finalizes and destroys the
+/// communicator (bounded by the timeout; it aborts instead when finalizing
+/// does not end); `Abort()` calls `ncclCommAbort` once, after which the
+/// destructor frees only the stream. Non-copyable, non-movable: own it
+/// through `std::unique_ptr` (the CommunicatorCache does).
 ///
 /// Communicators are nonblocking (`ncclConfig_t::blocking = 0`): every
 /// operation is enqueued, then its completion is polled together with
@@ -52,6 +60,13 @@ class NcclCommunicator final : public Communicator {
     /// ones do not burn a core.
     absl::Duration spin = absl::Milliseconds(2);
     absl::Duration poll_interval = absl::Microseconds(200);
+    /// The CUDA stream (`cudaStream_t`) collectives are enqueued on, not
+    /// owned: a trainer's compute stream orders them after the kernels that
+    /// produce their input. Null: a stream of the communicator's own.
+    void* stream = nullptr;
+    /// What timeouts are measured on and polls wait on. Not owned; must
+    /// outlive the communicator. Null: the system clock.
+    Clock* clock = nullptr;
   };
 
   /// Color of members that take part in a Split but join no new group.
@@ -59,6 +74,11 @@ class NcclCommunicator final : public Communicator {
 
   /// Whether this binary was built with CUDA and NCCL.
   static bool BuiltWithCuda();
+
+  /// The CUDA devices this process sees: 0 without CUDA, or when the
+  /// runtime finds none; the runtime's error when it cannot tell (no
+  /// driver, a driver too old).
+  static absl::StatusOr<int> DeviceCount();
 
   /// Forms the group `key` as the member with global rank `my_global_rank`:
   /// the group's first member creates an NCCL unique id and publishes it
@@ -87,6 +107,10 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllToAll(const float* send, float* recv,
                         size_t count_per_peer) override;
   absl::Status AllReduceSum(float* data, size_t count) override;
+  /// `AllReduceSum` of `count` floats in host memory, through a device
+  /// buffer of the communicator's: for small control data (the exchange of
+  /// `SplitGroupFormer`), not for tensors.
+  absl::Status AllReduceSumHost(float* data, size_t count);
   /// A one-element all-reduce: NCCL has no barrier of its own.
   absl::Status Barrier() override;
   void Abort() override;

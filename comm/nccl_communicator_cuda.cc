@@ -2,8 +2,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,22 +34,32 @@ absl::Status CheckOptions(const NcclCommunicator::Options& options) {
   return absl::OkStatus();
 }
 
-// Waits between two polls: spins first, then sleeps.
+Clock* ClockOf(const NcclCommunicator::Options& options) {
+  return options.clock != nullptr ? options.clock : RealClock::Default();
+}
+
+// Waits between two polls: spins first, then waits `poll_interval` on the
+// clock (a FakeClock's test steps it).
 class Poller {
  public:
   explicit Poller(const NcclCommunicator::Options& options)
-      : start_(absl::Now()), options_(options) {}
-  void Pause() const {
-    if (absl::Now() - start_ < options_.spin) {
+      : clock_(ClockOf(options)), start_(clock_->Now()), options_(options) {}
+  void Pause() {
+    if (clock_->Now() - start_ < options_.spin) {
       std::this_thread::yield();
-    } else {
-      absl::SleepFor(options_.poll_interval);
+      return;
     }
+    static constexpr bool kNever = false;
+    absl::MutexLock lock(&mu_);
+    clock_->AwaitWithTimeout(&mu_, absl::Condition(&kNever),
+                             options_.poll_interval);
   }
 
  private:
+  Clock* const clock_;
   const absl::Time start_;
   const NcclCommunicator::Options& options_;
+  absl::Mutex mu_;
 };
 
 // Polls a communicator that nobody else can see yet (being initialized or
@@ -66,7 +78,7 @@ absl::Status WaitUntilReady(ncclComm_t comm, absl::Time deadline,
                           absl::StrCat(what, ": ", ncclGetErrorString(state),
                                        " (", ncclGetLastError(comm), ")"));
     }
-    if (absl::Now() >= deadline) {
+    if (ClockOf(options)->Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, " did not finish within the timeout"));
     }
@@ -77,8 +89,8 @@ absl::Status WaitUntilReady(ncclComm_t comm, absl::Time deadline,
 }  // namespace
 
 struct NcclCommunicator::Impl {
-  // Wraps a communicator whose initialization has ended, with its stream and
-  // scratch buffer. Aborts the communicator on failure.
+  // Wraps a communicator whose initialization has ended, with its stream,
+  // completion event and scratch buffer. Aborts the communicator on failure.
   static absl::StatusOr<std::unique_ptr<Impl>> Make(ncclComm_t comm, int device,
                                                     const Options& options) {
     auto impl = std::make_unique<Impl>();
@@ -88,34 +100,37 @@ struct NcclCommunicator::Impl {
     }
     impl->device = device;
     impl->options = options;
-    auto fail = [&impl](absl::Status status) {
+    impl->clock = ClockOf(options);
+    if (absl::Status s = impl->Resources(); !s.ok()) {
       absl::MutexLock lock(&impl->mu);
       impl->AbortLocked();
-      return status;
-    };
-    if (ncclResult_t r = ncclCommUserRank(comm, &impl->rank);
-        r != ncclSuccess) {
-      return fail(NcclErrorStatus(r, "ncclCommUserRank", __FILE__, __LINE__));
-    }
-    if (ncclResult_t r = ncclCommCount(comm, &impl->size); r != ncclSuccess) {
-      return fail(NcclErrorStatus(r, "ncclCommCount", __FILE__, __LINE__));
-    }
-    if (cudaError_t e =
-            cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
-        e != cudaSuccess) {
-      return fail(
-          CudaErrorStatus(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__));
-    }
-    if (cudaError_t e = cudaMalloc(&impl->scratch, sizeof(float));
-        e != cudaSuccess) {
-      return fail(CudaErrorStatus(e, "cudaMalloc", __FILE__, __LINE__));
+      return s;
     }
     return impl;
   }
 
+  // Rank, size, stream, event and scratch buffer of a fresh communicator.
+  absl::Status Resources() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    NCCL_RETURN_IF_ERROR(ncclCommUserRank(comm, &rank));
+    NCCL_RETURN_IF_ERROR(ncclCommCount(comm, &size));
+    if (options.stream != nullptr) {
+      stream = static_cast<cudaStream_t>(options.stream);
+    } else {
+      CUDA_RETURN_IF_ERROR(
+          cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      owns_stream = true;
+    }
+    CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch, sizeof(float)));
+    return absl::OkStatus();
+  }
+
   ~Impl() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (owns_stream && stream != nullptr) cudaStreamDestroy(stream);
+    if (done != nullptr) cudaEventDestroy(done);
     if (scratch != nullptr) cudaFree(scratch);
+    if (staging != nullptr) cudaFree(staging);
   }
 
   // Aborts the communicator once; later calls do nothing.
@@ -125,19 +140,73 @@ struct NcclCommunicator::Impl {
     ncclCommAbort(comm);
   }
 
-  // Enqueues `ops` on the stream (under the lock, which Abort also takes),
-  // then polls until the stream has run them, NCCL reports an error, or the
-  // timeout passes; the last two abort the communicator.
+  // Polls the nonblocking operation this communicator is the parent of (a
+  // split) until it ends, holding the lock only while polling so that Abort
+  // can interrupt it; aborts the communicator on error or timeout.
+  absl::Status AwaitPending(absl::string_view what, absl::Time deadline) {
+    Poller poller(options);
+    while (true) {
+      {
+        absl::MutexLock lock(&mu);
+        if (aborted) return absl::AbortedError(absl::StrCat(what, " aborted"));
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t result = ncclCommGetAsyncError(comm, &state);
+        if (result != ncclSuccess) state = result;
+        if (state == ncclSuccess) return absl::OkStatus();
+        if (state != ncclInProgress) {
+          absl::Status error(NcclStatusCode(state),
+                             absl::StrCat(what, ": ", ncclGetErrorString(state),
+                                          " (", ncclGetLastError(comm),
+                                          "); communicator aborted"));
+          AbortLocked();
+          return error;
+        }
+        if (clock->Now() >= deadline) {
+          AbortLocked();
+          return absl::DeadlineExceededError(absl::StrCat(
+              what, " did not finish within ",
+              absl::FormatDuration(options.timeout),
+              " (a member is missing); communicator aborted"));
+        }
+      }
+      poller.Pause();
+    }
+  }
+
+  // A device buffer of at least `count` floats for host data.
+  absl::StatusOr<float*> Staging(size_t count) {
+    if (count > staging_count) {
+      const size_t grown = std::max<size_t>(count, 2 * staging_count);
+      if (staging != nullptr) CUDA_RETURN_IF_ERROR(cudaFree(staging));
+      staging = nullptr;
+      staging_count = 0;
+      CUDA_RETURN_IF_ERROR(cudaMalloc(&staging, grown * sizeof(float)));
+      staging_count = grown;
+    }
+    return staging;
+  }
+
+  // Enqueues `ops` on the stream and records `done` after them (under the
+  // lock, which Abort also takes), then polls until the stream has run
+  // them, NCCL reports an error, or the timeout passes; the last two abort
+  // the communicator. Past the deadline it aborts even if the work is done
+  // by now: what counts is whether it was done in time.
   template <typename Ops>
   absl::Status Run(absl::string_view what, Ops ops) {
-    const absl::Time deadline = absl::Now() + options.timeout;
+    const absl::Time deadline = clock->Now() + options.timeout;
     {
       absl::MutexLock lock(&mu);
       if (aborted) {
         return absl::AbortedError(
             absl::StrCat(what, " on an aborted NCCL communicator"));
       }
-      if (absl::Status s = ops(); !s.ok()) {
+      absl::Status s = ops();
+      if (s.ok()) {
+        if (cudaError_t e = cudaEventRecord(done, stream); e != cudaSuccess) {
+          s = CudaErrorStatus(e, "cudaEventRecord", __FILE__, __LINE__);
+        }
+      }
+      if (!s.ok()) {
         AbortLocked();
         return s;
       }
@@ -146,53 +215,74 @@ struct NcclCommunicator::Impl {
     while (true) {
       {
         absl::MutexLock lock(&mu);
-        if (aborted) {
-          return absl::AbortedError(absl::StrCat(what, " aborted"));
-        }
-        ncclResult_t state = ncclSuccess;
-        ncclResult_t result = ncclCommGetAsyncError(comm, &state);
-        if (result != ncclSuccess) state = result;
-        if (state != ncclSuccess && state != ncclInProgress) {
-          absl::Status error(
-              NcclStatusCode(state),
-              absl::StrCat(what, ": ", ncclGetErrorString(state), " (",
-                           ncclGetLastError(comm), "); communicator aborted"));
-          AbortLocked();
-          return error;
-        }
-        if (state == ncclSuccess) {
-          const cudaError_t done = cudaStreamQuery(stream);
-          if (done == cudaSuccess) return absl::OkStatus();
-          if (done != cudaErrorNotReady) {
-            absl::Status error =
-                CudaErrorStatus(done, "cudaStreamQuery", __FILE__, __LINE__);
-            AbortLocked();
-            return error;
-          }
-        }
-        if (absl::Now() >= deadline) {
-          AbortLocked();
-          return absl::DeadlineExceededError(absl::StrCat(
-              what, " did not complete within ",
-              absl::FormatDuration(options.timeout),
-              " (a peer is missing or stuck); communicator aborted"));
-        }
+        std::optional<absl::Status> end = PollLocked(what, deadline);
+        if (end.has_value()) return *end;
       }
       poller.Pause();
     }
+  }
+
+  // One poll of `Run`: its result once known, nullopt while in flight.
+  std::optional<absl::Status> PollLocked(absl::string_view what,
+                                         absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (aborted) return absl::AbortedError(absl::StrCat(what, " aborted"));
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t result = ncclCommGetAsyncError(comm, &state);
+    if (result != ncclSuccess) state = result;
+    if (state != ncclSuccess && state != ncclInProgress) {
+      absl::Status error(
+          NcclStatusCode(state),
+          absl::StrCat(what, ": ", ncclGetErrorString(state), " (",
+                       ncclGetLastError(comm), "); communicator aborted"));
+      AbortLocked();
+      return error;
+    }
+    if (clock->Now() >= deadline) {
+      AbortLocked();
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " did not complete within ",
+          absl::FormatDuration(options.timeout),
+          " (a peer is missing or stuck); communicator aborted"));
+    }
+    if (state == ncclInProgress) return std::nullopt;
+    const cudaError_t finished = cudaEventQuery(done);
+    if (finished == cudaSuccess) return absl::OkStatus();
+    if (finished == cudaErrorNotReady) return std::nullopt;
+    absl::Status error =
+        CudaErrorStatus(finished, "cudaEventQuery", __FILE__, __LINE__);
+    AbortLocked();
+    return error;
   }
 
   int rank = 0;
   int size = 0;
   int device = 0;
   Options options;
+  Clock* clock = nullptr;
   cudaStream_t stream = nullptr;
-  float* scratch = nullptr;  // One float for Barrier.
+  bool owns_stream = false;
+  cudaEvent_t done = nullptr;  // Recorded after each operation.
+  float* scratch = nullptr;    // One float for Barrier.
+  // AllReduceSumHost's device copy; used by the one thread running
+  // collectives.
+  float* staging = nullptr;
+  size_t staging_count = 0;
 
   absl::Mutex mu;
   ncclComm_t comm ABSL_GUARDED_BY(mu) = nullptr;
   bool aborted ABSL_GUARDED_BY(mu) = false;
 };
+
+absl::StatusOr<int> NcclCommunicator::DeviceCount() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error == cudaErrorNoDevice) return 0;
+  if (error != cudaSuccess) {
+    return CudaErrorStatus(error, "cudaGetDeviceCount", __FILE__, __LINE__);
+  }
+  return count;
+}
 
 bool NcclCommunicator::BuiltWithCuda() { return true; }
 
@@ -202,7 +292,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   ASSIGN_OR_RETURN(const int rank,
                    key.MemberRank(my_global_rank, store, "NcclCommunicator"));
   RETURN_IF_ERROR(CheckOptions(options));
-  const absl::Time deadline = absl::Now() + options.timeout;
+  const absl::Time deadline = ClockOf(options)->Now() + options.timeout;
   int device = options.device;
   if (device < 0) {
     CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -218,7 +308,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         id_key, absl::string_view(id.internal, sizeof(id.internal))));
   } else {
     ASSIGN_OR_RETURN(std::vector<std::string> values,
-                     store->Wait({id_key}, deadline - absl::Now()));
+                     store->Wait({id_key}, deadline - ClockOf(options)->Now()));
     if (values[0].size() != sizeof(id.internal)) {
       return absl::DataLossError(absl::StrCat(
           "NCCL unique id under ", id_key, " has ", values[0].size(),
@@ -253,7 +343,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(
     return absl::InvalidArgumentError(
         absl::StrCat("split color must be >= 0 or kNoColor, got ", color));
   }
-  const absl::Time deadline = absl::Now() + options.timeout;
+  const absl::Time deadline = ClockOf(options)->Now() + options.timeout;
   Impl& p = *parent.impl_;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(p.device));
   ncclComm_t child = nullptr;
@@ -267,14 +357,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(
     NCCL_RETURN_IF_ERROR(
         ncclCommSplit(p.comm, color == kNoColor ? NCCL_SPLIT_NOCOLOR : color,
                       key, &child, &config));
-    // The split is a collective of the parent: it must end there too.
-    if (absl::Status s =
-            WaitUntilReady(p.comm, deadline, options, "ncclCommSplit (parent)");
-        !s.ok()) {
-      p.AbortLocked();
-      if (child != nullptr) ncclCommAbort(child);
-      return s;
-    }
+  }
+  // The split is a collective of the parent: it must end there too.
+  if (absl::Status s = p.AwaitPending("ncclCommSplit (parent)", deadline);
+      !s.ok()) {
+    if (child != nullptr) ncclCommAbort(child);
+    return s;
   }
   if (child == nullptr) return std::unique_ptr<NcclCommunicator>();
   if (absl::Status s =
@@ -302,7 +390,7 @@ NcclCommunicator::~NcclCommunicator() {
   const ncclResult_t finalized = ncclCommFinalize(impl.comm);
   if (finalized == ncclSuccess || finalized == ncclInProgress) {
     const absl::Status ready =
-        WaitUntilReady(impl.comm, absl::Now() + impl.options.timeout,
+        WaitUntilReady(impl.comm, impl.clock->Now() + impl.options.timeout,
                        impl.options, "ncclCommFinalize");
     if (ready.ok()) {
       ncclCommDestroy(impl.comm);
@@ -341,6 +429,30 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
                                        impl.comm, impl.stream));
     return absl::OkStatus();
   });
+}
+
+absl::Status NcclCommunicator::AllReduceSumHost(float* data, size_t count) {
+  Impl& impl = *impl_;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device));
+  ASSIGN_OR_RETURN(float* device_data, impl.Staging(count));
+  const size_t bytes = count * sizeof(float);
+  RETURN_IF_ERROR(impl.Run(
+      "NCCL AllReduceSumHost", [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_data, data, bytes,
+                                             cudaMemcpyHostToDevice,
+                                             impl.stream));
+        NCCL_RETURN_IF_ERROR(ncclAllReduce(device_data, device_data, count,
+                                           ncclFloat, ncclSum, impl.comm,
+                                           impl.stream));
+        return absl::OkStatus();
+      }));
+  // The stream has run the all-reduce: this copy does not wait for peers
+  // (a copy to pageable memory returns once done, so it could not be
+  // enqueued with the rest without blocking past the timeout).
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, device_data, bytes,
+                                       cudaMemcpyDeviceToHost, impl.stream));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl.stream));
+  return absl::OkStatus();
 }
 
 absl::Status NcclCommunicator::Barrier() {

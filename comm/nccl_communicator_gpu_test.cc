@@ -9,11 +9,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "comm/comm_key.h"
+#include "comm/communicator_cache.h"
 #include "comm/nccl_communicator.h"
+#include "comm/nccl_world_communicator.h"
 #include "comm/rendezvous_store.h"
+#include "comm/split_group_former.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 
 namespace dcp {
@@ -172,6 +178,119 @@ TEST_F(NcclCommunicatorGpuTest, MultiGpuCollectivesAndSplit) {
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+// A world of one formed the way the agent forms its NCCL groups: the
+// epoch's world communicator through the rendezvous store, the step's
+// group exchanged (host all-reduces through the device) and split off it,
+// taken by a CommunicatorCache; then collectives on device memory.
+TEST_F(NcclCommunicatorGpuTest, AWorldOfOneSplitLikeTheAgentsRunsCollectives) {
+  InMemoryRendezvousStore store;
+  SplitGroupFormer::Options options;
+  options.rank = 0;
+  options.world_size = 1;
+  options.take_timeout = absl::Seconds(60);
+  options.make_world = [&store](int64_t epoch)
+      -> absl::StatusOr<std::unique_ptr<WorldCommunicator>> {
+    absl::StatusOr<CommKey> world = CommKey::Make({0}, epoch);
+    if (!world.ok()) return world.status();
+    return NcclWorldCommunicator::Create(*world, 0,
+                                         absl::StrCat("s/e", epoch, "/world/"),
+                                         &store,
+                                         OnDevice(0, absl::Seconds(60)));
+  };
+  absl::StatusOr<std::unique_ptr<SplitGroupFormer>> former =
+      SplitGroupFormer::Create(std::move(options));
+  ASSERT_TRUE(former.ok()) << former.status();
+  CommunicatorCache cache([&former](const CommKey& key, const std::string&) {
+    return (*former)->Take(key);
+  });
+  absl::StatusOr<CommKey> key = CommKey::Make({0}, 0);
+  ASSERT_TRUE(key.ok());
+  ASSERT_TRUE(cache.Warm({CommGroupSpec{*key, "s/e0/g0"}}).ok());
+  (*former)->AddStep(/*epoch=*/0, /*step=*/0, {{0}});
+  absl::StatusOr<Communicator*> comm = cache.Get(*key, "s/e0/g0");
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ((*comm)->rank(), 0);
+  EXPECT_EQ((*comm)->size(), 1);
+  EXPECT_EQ((*former)->stats().worlds, 1);
+  EXPECT_EQ((*former)->stats().splits, 1);
+
+  constexpr size_t kCount = 1000;
+  DeviceBuffer data(kCount), send(kCount), recv(kCount);
+  std::vector<float> host(kCount);
+  for (size_t i = 0; i < kCount; ++i) host[i] = 0.5f * i;
+  data.Load(host);
+  ASSERT_TRUE((*comm)->AllReduceSum(data.get(), kCount).ok());
+  EXPECT_EQ(data.Read(), host);
+  for (size_t i = 0; i < kCount; ++i) host[i] = 7.0f - i;
+  send.Load(host);
+  ASSERT_TRUE((*comm)->AllToAll(send.get(), recv.get(), kCount).ok());
+  EXPECT_EQ(recv.Read(), host);
+  ASSERT_TRUE((*comm)->Barrier().ok());
+}
+
+// Holds a stream back until the gate opens (a host function ahead of
+// everything enqueued after it).
+void CUDART_CB WaitAtGate(void* gate) {
+  static_cast<absl::Notification*>(gate)->WaitForNotification();
+}
+
+// A collective that cannot complete is aborted at its timeout. With one GPU
+// no peer can hold it back (NCCL does not take one device twice in a
+// group), but its stream can: the communicator runs on a stream lent to it
+// that waits at a gate. Time is a FakeClock's: the test steps it past the
+// timeout once the collective is waiting, then opens the gate (the abort
+// may wait for the stream).
+TEST_F(NcclCommunicatorGpuTest, ACollectiveThatCannotCompleteIsAbortedInTime) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  FakeClock clock;
+  NcclCommunicator::Options options = OnDevice(0, absl::Hours(1));
+  options.clock = &clock;
+  options.spin = absl::ZeroDuration();
+  options.stream = stream;
+  InMemoryRendezvousStore store;
+  absl::StatusOr<CommKey> key = CommKey::Make({0}, 0);
+  ASSERT_TRUE(key.ok());
+  // Forming polls on the fake clock too: step it while it does.
+  absl::Notification formed;
+  std::thread pump([&] {
+    while (!formed.HasBeenNotified()) {
+      if (clock.AwaitSleepers(1, absl::Milliseconds(10))) {
+        clock.Advance(options.poll_interval);
+      }
+    }
+  });
+  auto comm = NcclCommunicator::Create(*key, 0, "held/", &store, options);
+  formed.Notify();
+  pump.join();
+  ASSERT_TRUE(comm.ok()) << comm.status();
+
+  // Allocated before the stream is held: an allocation may wait for it.
+  DeviceBuffer data(16);
+  absl::Notification gate;
+  ASSERT_EQ(cudaLaunchHostFunc(stream, WaitAtGate, &gate), cudaSuccess);
+  const absl::Time start = clock.Now();
+  absl::Status status = absl::UnknownError("not run");
+  std::thread collective(
+      [&] { status = (*comm)->AllReduceSum(data.get(), 16); });
+  const bool waiting = clock.AwaitSleepers(1, absl::Seconds(60));
+  if (waiting) clock.Advance(options.timeout);
+  gate.Notify();
+  collective.join();
+  ASSERT_TRUE(waiting) << "the collective never waited: " << status;
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_GE(clock.Now() - start, options.timeout);
+  EXPECT_EQ((*comm)->Barrier().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  comm->reset();
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  // The device is still usable.
+  DeviceBuffer after(4);
+  after.Load({1, 2, 3, 4});
+  EXPECT_EQ(after.Read(), (std::vector<float>{1, 2, 3, 4}));
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ struct NcclCommunicator::Impl {};
 
 bool NcclCommunicator::BuiltWithCuda() { return false; }
 
+absl::StatusOr<int> NcclCommunicator::DeviceCount() { return 0; }
+
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const CommKey&, int, const std::string&, RendezvousStoreInterface*,
     const Options&) {
@@ -42,6 +44,9 @@ absl::Status NcclCommunicator::AllToAll(const float*, float*, size_t) {
   return BuiltWithoutCuda();
 }
 absl::Status NcclCommunicator::AllReduceSum(float*, size_t) {
+  return BuiltWithoutCuda();
+}
+absl::Status NcclCommunicator::AllReduceSumHost(float*, size_t) {
   return BuiltWithoutCuda();
 }
 absl::Status NcclCommunicator::Barrier() { return BuiltWithoutCuda(); }

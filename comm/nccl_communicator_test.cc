@@ -1,6 +1,7 @@
 #include "comm/nccl_communicator.h"
 
 #include "absl/status/status.h"
+#include "comm/nccl_world_communicator.h"
 #include "comm/rendezvous_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,6 +22,21 @@ TEST(NcclCommunicatorTest, WithoutCudaCreateIsUnimplemented) {
       NcclCommunicator::Create(*key, 0, "p/", &store, {}).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(status.message(), HasSubstr("built without CUDA"));
+  EXPECT_EQ(*NcclCommunicator::DeviceCount(), 0);
+  // The world the agent splits its groups from goes the same way.
+  absl::Status world =
+      NcclWorldCommunicator::Create(*key, 0, "w/", &store, {}).status();
+  EXPECT_EQ(world.code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(NcclCommunicatorTest, AWorldHoldsRanksZeroToNMinusOne) {
+  InMemoryRendezvousStore store;
+  absl::StatusOr<CommKey> key = CommKey::Make({1, 2}, 0);
+  ASSERT_TRUE(key.ok());
+  absl::Status status =
+      NcclWorldCommunicator::Create(*key, 1, "w/", &store, {}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("ranks 0..n-1"));
 }
 
 TEST(NcclCommunicatorTest, WithCudaBadArgumentsFailBeforeTouchingTheDevice) {

@@ -15,6 +15,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/comm_backend.h"
+#include "comm/fake_world_communicator.h"
 #include "common/clock.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
@@ -85,6 +87,9 @@ AgentOptions AgentFor(const SchedulerServer& server, int rank) {
   options.rendezvous_timeout = absl::Seconds(20);
   options.initial_backoff = absl::Milliseconds(50);
   options.max_backoff = absl::Milliseconds(400);
+  // The tests' collectives are on host memory: Gloo, also in a CUDA build
+  // on a GPU host (where kAuto would be NCCL, which takes device memory).
+  options.comm_backend = CommBackend::kGloo;
   return options;
 }
 
@@ -427,6 +432,59 @@ TEST(AgentTest, ReportOfAnotherRankIsRefused) {
   EXPECT_THAT(status.message(), HasSubstr("not been planned"));
 }
 
+/// Two agents run every step's groups and the gradient sync with an
+/// all-reduce of rank + 1 each, on host memory. What each rank saw:
+/// its error, how many groups it used, its stats at the end.
+struct GroupRun {
+  std::vector<absl::Status> results;
+  std::vector<int> groups_used;
+  std::vector<AgentStats> stats;
+};
+
+GroupRun RunGroupsOnTwoAgents(std::vector<std::unique_ptr<Agent>>& agents) {
+  GroupRun run{std::vector<absl::Status>(2), std::vector<int>(2, 0),
+               std::vector<AgentStats>(2)};
+  auto sum = [](Communicator& comm, int r) -> absl::Status {
+    float value = static_cast<float>(r + 1);
+    absl::Status s = comm.AllReduceSum(&value, 1);
+    if (!s.ok() || value != 3.0f) {
+      return absl::InternalError(
+          absl::StrCat("all-reduce: ", s.ToString(), " ", value));
+    }
+    return absl::OkStatus();
+  };
+  auto loop = [&](int r) -> absl::Status {
+    Agent& agent = *agents[r];
+    int64_t last = -1;
+    while (true) {
+      absl::StatusOr<NextStepResult> next =
+          agent.NextStep(last, absl::Seconds(30));
+      if (!next.ok()) return next.status();
+      if (next->drained) return absl::OkStatus();
+      for (const v1::CommGroup& group : next->step.groups()) {
+        absl::StatusOr<Communicator*> comm = agent.Group(group);
+        if (!comm.ok()) return comm.status();
+        if (absl::Status s = sum(**comm, r); !s.ok()) return s;
+        ++run.groups_used[r];
+      }
+      absl::StatusOr<Communicator*> world = agent.DataParallelGroup();
+      if (!world.ok()) return world.status();
+      if (absl::Status s = sum(**world, r); !s.ok()) return s;
+      if (absl::Status s = agent.ReportTimings(ReportOf(next->step)); !s.ok()) {
+        return s;
+      }
+      last = next->step.step();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] { run.results[r] = loop(r); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) run.stats[r] = agents[r]->Stats();
+  return run;
+}
+
 TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
   auto server = StartServer(ServerOptions(2, 2, 2));
   ASSERT_NE(server, nullptr);
@@ -434,56 +492,19 @@ TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
   for (int r = 0; r < 2; ++r) {
     auto agent = Agent::Start(AgentFor(*server, r));
     ASSERT_TRUE(agent.ok()) << agent.status();
+    EXPECT_EQ((*agent)->comm_backend(), CommBackend::kGloo);
     agents[r] = *std::move(agent);
   }
-  std::vector<absl::Status> results(2);
-  std::vector<int> groups_used(2, 0);
-  std::vector<std::thread> threads;
+  const GroupRun run = RunGroupsOnTwoAgents(agents);
   for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      Agent& agent = *agents[r];
-      int64_t last = -1;
-      while (true) {
-        absl::StatusOr<NextStepResult> next =
-            agent.NextStep(last, absl::Seconds(30));
-        if (!next.ok()) {
-          results[r] = next.status();
-          return;
-        }
-        if (next->drained) return;
-        for (const v1::CommGroup& group : next->step.groups()) {
-          absl::StatusOr<Communicator*> comm = agent.Group(group);
-          if (!comm.ok()) {
-            results[r] = comm.status();
-            return;
-          }
-          float value = static_cast<float>(r + 1);
-          absl::Status s = (*comm)->AllReduceSum(&value, 1);
-          if (!s.ok() || value != 3.0f) {
-            results[r] = absl::InternalError(
-                absl::StrCat("all-reduce: ", s.ToString(), " ", value));
-            return;
-          }
-          ++groups_used[r];
-        }
-        absl::Status reported = agent.ReportTimings(ReportOf(next->step));
-        if (!reported.ok()) {
-          results[r] = reported;
-          return;
-        }
-        last = next->step.step();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-    EXPECT_GE(groups_used[r], 1) << "rank " << r;
-    const AgentStats stats = agents[r]->Stats();
-    // The group [0, 1] is formed once (warmed or on first use), then reused.
-    EXPECT_EQ(stats.groups_live, 1) << "rank " << r;
+    EXPECT_TRUE(run.results[r].ok()) << "rank " << r << ": " << run.results[r];
+    EXPECT_GE(run.groups_used[r], 1) << "rank " << r;
+    const AgentStats& stats = run.stats[r];
+    // The group [0, 1] is formed once (warmed or on first use), then reused,
+    // and so is the data-parallel group of the same ranks.
+    EXPECT_EQ(stats.groups_live, 2) << "rank " << r;
     EXPECT_EQ(stats.group_failures, 0);
-    EXPECT_GE(stats.cache_hits + stats.cache_misses, groups_used[r]);
+    EXPECT_GE(stats.cache_hits + stats.cache_misses, run.groups_used[r]);
   }
 
   v1::CommGroup foreign;
@@ -493,6 +514,42 @@ TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
   foreign.set_rendezvous_prefix("x/");
   EXPECT_EQ(agents[0]->Group(foreign).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The NCCL path's logic on the CPU: the same loop, with every group and the
+// data-parallel group split from one world per epoch (a FakeWorld standing
+// in for NCCL's), formed through the per-step exchange of both agents.
+TEST(AgentTest, SplitsGroupsFromTheEpochsWorldAsStepsArrive) {
+  auto server = StartServer(ServerOptions(2, 2, 3));
+  ASSERT_NE(server, nullptr);
+  FakeWorlds worlds(2, absl::Seconds(20));
+  std::vector<std::unique_ptr<Agent>> agents(2);
+  for (int r = 0; r < 2; ++r) {
+    AgentOptions options = AgentFor(*server, r);
+    options.make_world = [&worlds](const CommKey& world, int rank,
+                                   const std::string& prefix,
+                                   RendezvousStoreInterface* store) {
+      EXPECT_EQ(world.ranks.size(), 2u);
+      EXPECT_THAT(prefix, HasSubstr(absl::StrCat("/e", world.epoch, "/world/")));
+      EXPECT_NE(store, nullptr);
+      return worlds.Member(world.epoch, rank);
+    };
+    auto agent = Agent::Start(options);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    EXPECT_EQ((*agent)->comm_backend(), CommBackend::kNccl);
+    agents[r] = *std::move(agent);
+  }
+  const GroupRun run = RunGroupsOnTwoAgents(agents);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(run.results[r].ok()) << "rank " << r << ": " << run.results[r];
+    EXPECT_GE(run.groups_used[r], 1) << "rank " << r;
+    EXPECT_EQ(run.stats[r].groups_live, 2) << "rank " << r;
+    EXPECT_EQ(run.stats[r].group_failures, 0);
+  }
+  // One world (epoch 0), split into the data-parallel group and [0, 1]: a
+  // group is split once however many steps use it.
+  EXPECT_EQ(worlds.World(0)->splits(), 2);
+  for (std::unique_ptr<Agent>& agent : agents) agent->Shutdown();
 }
 
 }  // namespace

@@ -234,7 +234,10 @@ ServingAgents StartServingAgents(const std::string& name,
                                      absl::StrCat("--rank=", r),
                                      absl::StrCat("--world_size=", world),
                                      "--mode=serve",
-                                     "--socket=" + out.sockets.back()};
+                                     "--socket=" + out.sockets.back(),
+                                     // The ranks share a host and its GPU
+                                     // 0: their agents' groups stay on Gloo.
+                                     "--comm_backend=gloo"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
   }

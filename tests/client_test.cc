@@ -18,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "comm/comm_backend.h"
+#include "comm/fake_world_communicator.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -76,6 +78,9 @@ ClientOptions InProcess(const SchedulerServer& server, int rank) {
   options.agent.rank = rank;
   options.agent.world_size = kWorld;
   options.agent.rendezvous_timeout = absl::Seconds(20);
+  // The loop's collectives are on host memory: Gloo, also in a CUDA build
+  // on a GPU host (where kAuto would be NCCL, which takes device memory).
+  options.agent.comm_backend = CommBackend::kGloo;
   options.step_timeout = absl::Seconds(30);
   return options;
 }
@@ -235,6 +240,45 @@ TEST(ClientTest, InProcessTwoRanksRunFiveSteps) {
     // sync's data-parallel group, each formed once.
     EXPECT_EQ(stats.groups_live, 2);
   }
+}
+
+// The in-process client on the NCCL path's logic, run on the CPU: the
+// tasks' groups and the gradient sync's group are split from one world per
+// epoch (a FakeWorld for NCCL's) as the steps arrive.
+TEST(ClientTest, InProcessClientsOnTheSplitPathRunTheSameLoop) {
+  constexpr int64_t kSteps = 4;
+  auto server = StartServer(kSteps);
+  ASSERT_NE(server, nullptr);
+  FakeWorlds worlds(kWorld, absl::Seconds(20));
+  std::vector<std::unique_ptr<Client>> clients(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    ClientOptions options = InProcess(*server, r);
+    options.agent.make_world = [&worlds](const CommKey& world, int rank,
+                                         const std::string&,
+                                         RendezvousStoreInterface*) {
+      return worlds.Member(world.epoch, rank);
+    };
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ((*client)->agent()->comm_backend(), CommBackend::kNccl);
+    clients[r] = *std::move(client);
+  }
+  std::vector<RankLog> logs(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] { TrainingLoop(*clients[r], logs[r]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(logs[r].status.ok()) << "rank " << r << ": " << logs[r].status;
+    EXPECT_TRUE(logs[r].drained);
+    EXPECT_THAT(logs[r].steps, ElementsAre(0, 1, 2, 3)) << "rank " << r;
+    EXPECT_GE(logs[r].groups_used, 1) << "rank " << r;
+    EXPECT_EQ(logs[r].syncs, kSteps) << "rank " << r;
+    EXPECT_EQ(clients[r]->agent()->Stats().groups_live, 2);
+  }
+  // The data-parallel group and [0, 1], each split once.
+  EXPECT_EQ(worlds.World(0)->splits(), 2);
 }
 
 TEST(ClientTest, ReportStepChecksItsInput) {

@@ -12,7 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "comm/communicator_cache.h"
 #include "comm/gloo_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "comm/nccl_world_communicator.h"
 #include "comm/scheduler_rendezvous_store.h"
+#include "comm/split_group_former.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -33,8 +36,9 @@ struct Agent::Stub {
   std::unique_ptr<v1::Scheduler::Stub> stub;
 };
 
-Agent::Agent(AgentOptions options)
+Agent::Agent(AgentOptions options, CommBackend backend)
     : options_(std::move(options)),
+      backend_(backend),
       clock_(options_.clock != nullptr ? options_.clock : RealClock::Default()),
       stub_(std::make_unique<Stub>()) {
   grpc::ChannelArguments args;
@@ -66,7 +70,16 @@ Agent::Agent(AgentOptions options)
                        const GroupResolver& groups) {
     return options_.run_profile(*this, request, groups);
   };
-  profile.form_group = [this](const CommKey& key, const std::string& prefix) {
+  profile.form_group = [this](const CommKey& key, const std::string& prefix)
+      -> absl::StatusOr<Communicator*> {
+    if (former_ != nullptr) {
+      // Splits happen per plan step, on every rank; a profile request is
+      // not one.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "profile group ", key.ToString(),
+          ": the agent's NCCL groups are split from the world per plan "
+          "step, not for profiles; a profile forms groups of its own"));
+    }
     return cache_->Get(key, prefix);
   };
   profiles_ =
@@ -75,7 +88,11 @@ Agent::Agent(AgentOptions options)
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   RETURN_IF_ERROR(CheckAgentOptions(options));
-  auto agent = absl::WrapUnique(new Agent(std::move(options)));
+  // Before the scheduler hears of the rank: a backend that cannot run here
+  // fails at once.
+  ASSIGN_OR_RETURN(const CommBackend backend,
+                   AgentCommBackend(options, DetectCommEnvironment()));
+  auto agent = absl::WrapUnique(new Agent(std::move(options), backend));
   RETURN_IF_ERROR(agent->RegisterFirst());
   RETURN_IF_ERROR(agent->StartStreams());
   return agent;
@@ -96,10 +113,7 @@ absl::Status Agent::StartStreams() {
   ASSIGN_OR_RETURN(scheduler_store_,
                    SchedulerRendezvousStore::Create(channel_, store_options));
   store_ = std::make_unique<CancellableStore>(scheduler_store_.get(), clock_);
-  cache_ = std::make_unique<CommunicatorCache>(
-      [this](const CommKey& key, const std::string& prefix) {
-        return MakeCommunicator(key, prefix);
-      });
+  RETURN_IF_ERROR(StartCache());
 
   PlanReaderOptions reader;
   reader.rank = options_.rank;
@@ -109,9 +123,9 @@ absl::Status Agent::StartStreams() {
   reader.rpc_timeout = options_.rpc_timeout;
   reader.clock = clock_;
   if (options_.warm_groups) {
-    reader.on_groups = [this](int64_t epoch,
+    reader.on_groups = [this](int64_t epoch, int64_t step,
                               const std::vector<v1::CommGroup>& groups) {
-      WarmGroups(epoch, groups);
+      WarmGroups(epoch, step, groups);
     };
   }
   if (options_.run_profile) {
@@ -125,11 +139,30 @@ absl::Status Agent::StartStreams() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeCommunicator(
-    const CommKey& key, const std::string& prefix) {
-  if (options_.make_communicator) {
-    return options_.make_communicator(key, options_.rank, prefix, store_.get());
+absl::Status Agent::StartCache() {
+  if (backend_ == CommBackend::kGloo) {
+    cache_ = std::make_unique<CommunicatorCache>(
+        [this](const CommKey& key, const std::string& prefix) {
+          return MakeGlooCommunicator(key, prefix);
+        });
+    return absl::OkStatus();
   }
+  SplitGroupFormer::Options former;
+  former.rank = options_.rank;
+  former.world_size = registration().world_size();
+  former.make_world = [this](int64_t epoch) { return MakeWorld(epoch); };
+  former.take_timeout = options_.rendezvous_timeout;
+  former.clock = clock_;
+  ASSIGN_OR_RETURN(former_, SplitGroupFormer::Create(std::move(former)));
+  cache_ = std::make_unique<CommunicatorCache>(
+      [this](const CommKey& key, const std::string& /*prefix*/) {
+        return former_->Take(key);
+      });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeGlooCommunicator(
+    const CommKey& key, const std::string& prefix) {
   GlooCommunicator::Options gloo;
   gloo.hostname = options_.gloo_hostname;
   gloo.timeout = options_.rendezvous_timeout;
@@ -137,19 +170,41 @@ absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeCommunicator(
                                   gloo);
 }
 
-void Agent::WarmGroups(int64_t epoch,
+absl::StatusOr<std::unique_ptr<WorldCommunicator>> Agent::MakeWorld(
+    int64_t epoch) {
+  std::vector<int> ranks(registration().world_size());
+  std::iota(ranks.begin(), ranks.end(), 0);
+  ASSIGN_OR_RETURN(const CommKey world, CommKey::Make(std::move(ranks), epoch));
+  const std::string prefix =
+      absl::StrCat(registration().session_id(), "/e", epoch, "/world/");
+  if (options_.make_world) {
+    return options_.make_world(world, options_.rank, prefix, store_.get());
+  }
+  NcclCommunicator::Options nccl;
+  nccl.device = options_.gpu;
+  nccl.timeout = options_.rendezvous_timeout;
+  nccl.clock = clock_;
+  return NcclWorldCommunicator::Create(world, options_.rank, prefix,
+                                       store_.get(), nccl);
+}
+
+void Agent::WarmGroups(int64_t epoch, int64_t step,
                        const std::vector<v1::CommGroup>& groups) {
   std::vector<CommGroupSpec> specs;
+  std::vector<std::vector<int>> members;
   for (const v1::CommGroup& group : groups) {
     if (group.ranks_size() < 2) continue;
     absl::StatusOr<CommKey> key = CommKey::Make(
         std::vector<int>(group.ranks().begin(), group.ranks().end()), epoch);
-    // A malformed group is reported by `Group` when the step uses it.
-    if (key.ok()) {
-      specs.push_back(
-          CommGroupSpec{*std::move(key), group.rendezvous_prefix()});
-    }
+    // A malformed group is reported by `Group` when the step uses it; so is
+    // one without this rank (the former would refuse the whole step).
+    if (!key.ok() || key->GroupRank(options_.rank) < 0) continue;
+    members.push_back(key->ranks);
+    specs.push_back(CommGroupSpec{*std::move(key), group.rendezvous_prefix()});
   }
+  // Every step, also one without groups of this rank's: the world's ranks
+  // exchange their new groups at each step.
+  if (former_ != nullptr) former_->AddStep(epoch, step, std::move(members));
   if (!specs.empty()) cache_->Warm(specs).IgnoreError();
 }
 
@@ -157,8 +212,10 @@ Agent::~Agent() {
   Shutdown();
   // Waits for a warm-up in progress (its rendezvous was cancelled; a
   // connection under way ends by the rendezvous timeout) and destroys the
-  // communicators before the store they were formed through.
+  // communicators before the store they were formed through; then the
+  // former's world and the groups it still holds.
   cache_.reset();
+  former_.reset();
 }
 
 void Agent::Shutdown() {
@@ -167,6 +224,9 @@ void Agent::Shutdown() {
   reports_->Cancel();
   profiles_->Cancel();
   if (reader_ != nullptr) reader_->Cancel();
+  // NCCL: nothing splits any more, and a world collective waiting for peers
+  // that are leaving ends now.
+  if (former_ != nullptr) former_->Cancel();
   // Formations under way finish first (their peers are connecting to us);
   // then whatever still waits for peers is cancelled.
   if (cache_ != nullptr) cache_->Quiesce(options_.shutdown_formation_grace);

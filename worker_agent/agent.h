@@ -12,8 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "comm/comm_backend.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous_store.h"
+#include "comm/world_communicator.h"
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
@@ -31,6 +33,7 @@ class PlanReader;
 class ProfileResponder;
 class Registration;
 class ReportSender;
+class SplitGroupFormer;
 class StepMailbox;
 
 /// The per-rank agent of a dcp job: registers the rank with the
@@ -45,8 +48,11 @@ class StepMailbox;
 /// queues up to `prefetch_depth` RankSteps, dropping any whose (epoch, step)
 /// is not newer than the last received. Each new step's groups with p > 1
 /// are queued for warm-up in the `CommunicatorCache` (keyed by sorted ranks
-/// and epoch, formed under the plan's `rendezvous_prefix` through the
-/// scheduler's store). When the stream breaks (UNAVAILABLE, a lost
+/// and epoch). On Gloo (`AgentOptions::comm_backend`) each forms under the
+/// plan's `rendezvous_prefix` through the scheduler's store; on NCCL every
+/// step goes to a `SplitGroupFormer`, which splits the groups off the
+/// epoch's world communicator, and the cache takes them from it. When the
+/// stream breaks (UNAVAILABLE, a lost
 /// connection) the reader registers again and resumes after the last step
 /// it received, with exponential backoff, at most `max_reconnect_attempts`
 /// times in a row; then, or when another agent takes the rank over (ABORTED)
@@ -117,9 +123,11 @@ class Agent {
 
   /// The communicator of `group` for the epoch of the last step handed out:
   /// from the cache, or formed now (blocking until every member asks for it
-  /// or was warmed, up to `rendezvous_timeout`). Owned by the agent.
-  /// INVALID_ARGUMENT for a group without this rank or with fewer than two
-  /// ranks; the formation's error otherwise.
+  /// or was warmed, up to `rendezvous_timeout`). Owned by the agent. Its
+  /// collectives take host pointers on Gloo, device pointers on GPU
+  /// `AgentOptions::gpu` on NCCL (`comm_backend()`). INVALID_ARGUMENT for a
+  /// group without this rank or with fewer than two ranks; the formation's
+  /// error otherwise.
   absl::StatusOr<Communicator*> Group(const v1::CommGroup& group);
 
   /// The data-parallel group of the whole world for the epoch of the last
@@ -127,8 +135,10 @@ class Agent {
   /// over. Every rank must ask for it, at the same point among its other
   /// collectives (after the step's tasks). It meets under
   /// "<session>/e<epoch>/dp" in the scheduler's store and is cached apart
-  /// from the plans' groups of the same members (`CommPurpose`). Owned by
-  /// the agent. FAILED_PRECONDITION in a world of one rank.
+  /// from the plans' groups of the same members (`CommPurpose`); on NCCL it
+  /// is split off the epoch's world as the epoch's first step arrives. Owned
+  /// by the agent; host or device memory as for `Group`.
+  /// FAILED_PRECONDITION in a world of one rank.
   absl::StatusOr<Communicator*> DataParallelGroup();
 
   /// Sends one step's timings to the scheduler, retrying UNAVAILABLE and
@@ -159,6 +169,9 @@ class Agent {
   /// model).
   const v1::RegisterResponse& registration() const;
   int rank() const { return options_.rank; }
+  /// The library `Group` and `DataParallelGroup` run on: kGloo or kNccl
+  /// (`AgentOptions::comm_backend` resolved at `Start`).
+  CommBackend comm_backend() const { return backend_; }
   /// The clock the agent reads and waits on (`AgentOptions::clock`, or the
   /// system clock).
   Clock* clock() const { return clock_; }
@@ -170,24 +183,31 @@ class Agent {
   void Shutdown();
 
  private:
-  explicit Agent(AgentOptions options);
+  Agent(AgentOptions options, CommBackend backend);
 
   /// Registers for the first time, waiting up to `connect_timeout`.
   absl::Status RegisterFirst();
   /// The scheduler's store, the communicator cache over it and the plan
   /// reader, after the first registration.
   absl::Status StartStreams();
-  /// A communicator of this rank's for `key`, formed through the scheduler's
-  /// store.
-  absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
+  /// The cache of this rank's communicators, over Gloo or NCCL.
+  absl::Status StartCache();
+  /// A Gloo communicator of this rank's for `key`, formed through the
+  /// scheduler's store.
+  absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
       const CommKey& key, const std::string& prefix);
-  /// Queues the groups of a step just received for warm-up.
-  void WarmGroups(int64_t epoch, const std::vector<v1::CommGroup>& groups);
+  /// The world communicator of `epoch` the NCCL path splits groups from.
+  absl::StatusOr<std::unique_ptr<WorldCommunicator>> MakeWorld(int64_t epoch);
+  /// Queues the groups of a step just received for warm-up (and, on NCCL,
+  /// hands the step to the former).
+  void WarmGroups(int64_t epoch, int64_t step,
+                  const std::vector<v1::CommGroup>& groups);
   /// The epoch of the last step handed out (the registration's before any):
   /// the one groups are formed for. UNAVAILABLE after `Shutdown`.
   absl::StatusOr<int64_t> GroupEpoch() const;
 
   const AgentOptions options_;
+  const CommBackend backend_;
   Clock* const clock_;
   std::shared_ptr<grpc::ChannelInterface> channel_;
   struct Stub;
@@ -200,6 +220,8 @@ class Agent {
   /// formation waiting for peers that will not come ends at once.
   std::unique_ptr<RendezvousStoreInterface> scheduler_store_;
   std::unique_ptr<CancellableStore> store_;
+  /// NCCL only: splits the groups the cache takes off each epoch's world.
+  std::unique_ptr<SplitGroupFormer> former_;
   std::unique_ptr<CommunicatorCache> cache_;
   std::unique_ptr<PlanReader> reader_;
 

@@ -33,6 +33,14 @@
 // --profile_timeout). A --model or --model_config that does not load fails
 // either mode at start-up.
 //
+// --comm_backend=auto|gloo|nccl picks the library of the agent's own
+// communicator groups (the ones it forms as steps arrive, in serve mode):
+// auto is NCCL when this binary was built with --config=cuda and GPU --gpu
+// is present, Gloo otherwise; nccl where it cannot run fails at start-up,
+// saying why. Every agent of a job must end up on the same one. Execute
+// mode forms no agent groups: it trains on c10d Gloo process groups of its
+// own, because Debian's libtorch is CPU-only, so it takes auto or gloo.
+//
 // --metrics_listen=HOST:PORT serves Prometheus metrics (dcp_agent_*, listed
 // in README.md) on http://HOST:PORT/metrics; off by default.
 //
@@ -55,6 +63,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/comm_backend.h"
 #include "common/file_util.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
@@ -106,6 +115,11 @@ ABSL_FLAG(int64_t, max_steps, 0,
 ABSL_FLAG(std::string, host, "",
           "Host name told to the scheduler (default: this machine's).");
 ABSL_FLAG(int, gpu, 0, "Local GPU index told to the scheduler.");
+ABSL_FLAG(std::string, comm_backend, "auto",
+          "Library of the agent's communicator groups: auto (NCCL when built "
+          "with --config=cuda and GPU --gpu is present, else Gloo), gloo or "
+          "nccl. Execute mode trains on c10d Gloo groups (CPU libtorch): "
+          "auto or gloo only.");
 ABSL_FLAG(std::string, gloo_hostname, "127.0.0.1",
           "Address the Gloo communicators listen on.");
 ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
@@ -303,7 +317,17 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--rank is required (>= 0)");
   }
   RETURN_IF_ERROR(CheckModelFlags());
+  ASSIGN_OR_RETURN(const CommBackend backend,
+                   ParseCommBackend(absl::GetFlag(FLAGS_comm_backend)));
+  if (mode == "execute" && backend == CommBackend::kNccl) {
+    return absl::InvalidArgumentError(
+        "--comm_backend=nccl: execute mode forms no agent groups; it trains "
+        "on c10d Gloo process groups of its own (Debian's libtorch is "
+        "CPU-only). Use --mode=serve, or an in-process client, for NCCL "
+        "groups");
+  }
   AgentOptions options;
+  options.comm_backend = backend;
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.report_stream = absl::GetFlag(FLAGS_report_stream);
@@ -350,11 +374,12 @@ absl::Status Run() {
   const v1::RegisterResponse& hello = agent->registration();
   std::fprintf(stderr,
                "%s dcp-agent rank %d: registered with %s (session %s, model "
-               "%s, world %d), resuming at step %lld, mode %s\n",
+               "%s, world %d), resuming at step %lld, mode %s, groups on "
+               "%s\n",
                Now().c_str(), agent->rank(), options.scheduler_address.c_str(),
                hello.session_id().c_str(), hello.model().c_str(),
                hello.world_size(), static_cast<long long>(hello.next_step()),
-               mode.c_str());
+               mode.c_str(), CommBackendName(agent->comm_backend()).c_str());
   Agent* a = agent.get();
   SignalWatcher watcher([a](int signal, int count) {
     if (count > 1) return;
@@ -378,6 +403,7 @@ int main(int argc, char** argv) {
       "[--task_clock=wall|cpu]\n"
       "    [--log_file=FILE] [--max_steps=S] [--train_seed=S] "
       "[--learning_rate=LR]\n"
+      "    [--comm_backend=auto|gloo|nccl] [--gpu=G]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
   absl::ParseCommandLine(argc, argv);
   // As in dcp-scheduler: Debian's Abseil has the mutex deadlock detector

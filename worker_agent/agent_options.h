@@ -9,9 +9,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "comm/comm_backend.h"
 #include "comm/comm_key.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous_store.h"
+#include "comm/world_communicator.h"
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
@@ -42,7 +44,8 @@ struct AgentOptions {
   /// Where the agent runs, told to the scheduler for status (e.g. the host
   /// name; empty is fine).
   std::string host;
-  /// The local GPU index the rank drives, told to the scheduler.
+  /// The local GPU index the rank drives, told to the scheduler; the device
+  /// of its NCCL groups.
   int gpu = 0;
   /// The world size the job was started with; the scheduler refuses a
   /// mismatch. 0 accepts the scheduler's.
@@ -61,7 +64,8 @@ struct AgentOptions {
   /// Form the communicators of each step's groups as the step arrives, so
   /// that `Group` finds them ready. False for a trainer that forms its own
   /// groups (c10d process groups, train/process_groups.h) through
-  /// `Agent::rendezvous_store()` and never calls `Group`.
+  /// `Agent::rendezvous_store()` and never calls `Group`; `Group` then forms
+  /// Gloo groups on demand (NCCL needs the warm-up: see `comm_backend`).
   bool warm_groups = true;
   /// How long `Start` waits for the scheduler to answer the first Register
   /// (it may still be starting).
@@ -90,14 +94,32 @@ struct AgentOptions {
   /// counts down in real time. Null: the system clock. Not owned; must
   /// outlive the agent.
   Clock* clock = nullptr;
-  /// Builds a communicator of a group this rank belongs to, meeting its
-  /// peers under `prefix` in `store` (the scheduler's rendezvous store).
-  /// Empty means Gloo over TCP (`GlooCommunicator`) on `gloo_hostname` with
-  /// `rendezvous_timeout`; the NCCL path plugs in here.
-  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
-      const CommKey& key, int rank, const std::string& prefix,
+  /// The library the agent's groups (`Agent::Group`,
+  /// `Agent::DataParallelGroup`) run on; `Agent::comm_backend()` tells the
+  /// one chosen. kAuto: NCCL when this binary was built with
+  /// `--config=cuda`, a CUDA device is present and the agent forms groups
+  /// as steps arrive (`warm_groups`), Gloo otherwise. kNccl where NCCL
+  /// cannot run fails `Agent::Start` (comm/comm_backend.h says why).
+  ///
+  /// Gloo groups meet per group under the plan's rendezvous prefix and take
+  /// host pointers. NCCL groups take device pointers on GPU `gpu`: every
+  /// rank forms one world communicator per epoch through the scheduler's
+  /// store ("<session>/e<epoch>/world/") and splits each group off it, as
+  /// steps arrive (`SplitGroupFormer`). That is a collective of every rank
+  /// at every step, so every rank of the job must be on NCCL. Collectives
+  /// that do not complete within `rendezvous_timeout` abort their
+  /// communicator.
+  CommBackend comm_backend = CommBackend::kAuto;
+  /// Builds rank `rank`'s world communicator `world` (ranks 0..n-1, the
+  /// epoch's) meeting the others under `prefix` in `store` (the scheduler's
+  /// store). Set: the agent's groups are split from these worlds, whatever
+  /// `comm_backend` says: the NCCL path's logic over another transport
+  /// (tests run it on the CPU with `FakeWorld`). Empty: NCCL worlds
+  /// (`NcclWorldCommunicator`) when the backend is NCCL.
+  std::function<absl::StatusOr<std::unique_ptr<WorldCommunicator>>(
+      const CommKey& world, int rank, const std::string& prefix,
       RendezvousStoreInterface* store)>
-      make_communicator;
+      make_world;
   /// Runs a ProfileRequest that arrives on the plan stream, on the reader
   /// thread (the scheduler sends no step before every rank answered, so
   /// nothing waits behind it); the agent then sends the returned profile
@@ -113,6 +135,15 @@ struct AgentOptions {
 
 /// INVALID_ARGUMENT naming the first option out of range.
 absl::Status CheckAgentOptions(const AgentOptions& options);
+
+/// The library an agent with `options` forms its groups on in `env`: kNccl
+/// with `make_world` set; kGloo for kAuto without `warm_groups` (groups
+/// formed on demand only); else `ResolveCommBackend` for `options.gpu`.
+/// INVALID_ARGUMENT for kNccl without `warm_groups` (NCCL groups are split
+/// from the world as steps arrive, on every rank); FAILED_PRECONDITION for
+/// kNccl in a build without CUDA or with no device present.
+absl::StatusOr<CommBackend> AgentCommBackend(const AgentOptions& options,
+                                             const CommEnvironment& env);
 
 /// What `Agent::NextStep` hands out: the rank's next step, or the end.
 struct NextStepResult {

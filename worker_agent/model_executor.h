@@ -65,6 +65,13 @@ struct ModelExecutorOptions {
 /// from. The groups meet through `store` (the scheduler's rendezvous store)
 /// and are cached for the executor's life.
 ///
+/// Gloo and CPU only, whatever `AgentOptions::comm_backend` says: Debian's
+/// libtorch (1.13) is built without CUDA, so c10d has no NCCL process group
+/// and there are no CUDA tensors to give one. The agent's own NCCL groups
+/// (comm/) are not torch process groups; a GPU trainer forms torch's own
+/// from each task's ranks and rendezvous prefix (e.g. from Python, with a
+/// CUDA build of PyTorch).
+///
 /// Also runs the scheduler's start-up "data profile": real forward and
 /// backward passes over the request's grid, timed, with their peak
 /// resident memory.

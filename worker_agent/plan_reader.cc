@@ -169,12 +169,13 @@ void PlanReader::Dispatch(v1::PlanUpdate& update) {
     case v1::PlanUpdate::kStep: {
       v1::RankStep& step = *update.mutable_step();
       const int64_t epoch = step.epoch();
+      const int64_t index = step.step();
       const std::vector<v1::CommGroup> groups(step.groups().begin(),
                                               step.groups().end());
       // Steps arrive in order on this one thread, so every member sees the
       // groups it shares with another in the same order (the plan's).
       if (mailbox_->Put(std::move(step)) && options_.on_groups) {
-        options_.on_groups(epoch, groups);
+        options_.on_groups(epoch, index, groups);
       }
       break;
     }

@@ -1,0 +1,262 @@
+#include "comm/split_group_former.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "comm/comm_key.h"
+#include "comm/communicator.h"
+#include "comm/communicator_cache.h"
+#include "comm/fake_world_communicator.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dcp {
+namespace {
+
+using ::testing::HasSubstr;
+
+using Groups = std::vector<std::vector<int>>;
+
+/// Bounds real waits that end on a condition.
+constexpr absl::Duration kGuard = absl::Seconds(30);
+
+std::unique_ptr<SplitGroupFormer> Former(FakeWorlds& worlds, int rank,
+                                         int size, Clock* clock = nullptr) {
+  SplitGroupFormer::Options options;
+  options.rank = rank;
+  options.world_size = size;
+  options.make_world = [&worlds, rank](int64_t epoch) {
+    return worlds.Member(epoch, rank);
+  };
+  options.take_timeout = kGuard;
+  options.clock = clock;
+  absl::StatusOr<std::unique_ptr<SplitGroupFormer>> former =
+      SplitGroupFormer::Create(std::move(options));
+  EXPECT_TRUE(former.ok()) << former.status();
+  return former.ok() ? *std::move(former) : nullptr;
+}
+
+CommKey Key(std::vector<int> ranks, int64_t epoch,
+            CommPurpose purpose = CommPurpose::kSequenceParallel) {
+  absl::StatusOr<CommKey> key = CommKey::Make(std::move(ranks), epoch, purpose);
+  EXPECT_TRUE(key.ok()) << key.status();
+  return *key;
+}
+
+/// Sums rank + 1 over `comm`: what every member of `members` should get.
+absl::Status CheckSum(Communicator& comm, int rank,
+                      const std::vector<int>& members) {
+  float value = static_cast<float>(rank + 1);
+  if (absl::Status s = comm.AllReduceSum(&value, 1); !s.ok()) return s;
+  float expected = 0;
+  for (int m : members) expected += static_cast<float>(m + 1);
+  if (value != expected) {
+    return absl::InternalError(absl::StrCat("sum ", value, " != ", expected));
+  }
+  return absl::OkStatus();
+}
+
+TEST(SplitGroupFormerTest, SplitsEachNewGroupOnceForItsMembersThroughACache) {
+  constexpr int kWorld = 4;
+  FakeWorlds worlds(kWorld, kGuard);
+  // Rank r's groups at steps 0 and 1; rank 3 sits step 1 out.
+  const std::vector<std::vector<Groups>> steps = {
+      {{{0, 1}}, {{0, 1}}},
+      {{{0, 1}}, {{0, 1}, {1, 2}}},
+      {{{2, 3}}, {{1, 2}}},
+      {{{2, 3}}, {}},
+  };
+  std::vector<absl::Status> results(kWorld);
+  std::vector<SplitGroupFormer::Stats> stats(kWorld);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, kWorld);
+      ASSERT_NE(former, nullptr);
+      CommunicatorCache cache(
+          [&former](const CommKey& key, const std::string&) {
+            return former->Take(key);
+          });
+      auto run = [&]() -> absl::Status {
+        for (int64_t s = 0; s < 2; ++s) {
+          former->AddStep(/*epoch=*/0, s, steps[r][s]);
+          for (const std::vector<int>& group : steps[r][s]) {
+            absl::StatusOr<Communicator*> comm = cache.Get(Key(group, 0), "");
+            if (!comm.ok()) return comm.status();
+            if ((*comm)->size() != static_cast<int>(group.size())) {
+              return absl::InternalError("wrong group size");
+            }
+            if (absl::Status c = CheckSum(**comm, r, group); !c.ok()) return c;
+          }
+          absl::StatusOr<Communicator*> all =
+              cache.Get(Key({0, 1, 2, 3}, 0, CommPurpose::kDataParallel), "");
+          if (!all.ok()) return all.status();
+          if (absl::Status c = CheckSum(**all, r, {0, 1, 2, 3}); !c.ok()) {
+            return c;
+          }
+        }
+        // The cache holds it now: the former hands a group out once.
+        absl::Status again = former->Take(Key(steps[r][0][0], 0)).status();
+        if (again.code() != absl::StatusCode::kFailedPrecondition) {
+          return absl::InternalError(absl::StrCat("second take: ", again.ToString()));
+        }
+        return absl::OkStatus();
+      };
+      results[r] = run();
+      stats[r] = former->stats();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    EXPECT_EQ(stats[r].worlds, 1);
+    EXPECT_EQ(stats[r].failures, 0);
+  }
+  // The data-parallel group, step 0's [0,1] and [2,3] in one split, step
+  // 1's [1,2] (its [0,1] is held already) in another.
+  EXPECT_EQ(worlds.World(0)->splits(), 3);
+  // Two exchanges a step: both steps had new groups.
+  EXPECT_EQ(worlds.World(0)->all_reduces(), 4);
+}
+
+TEST(SplitGroupFormerTest, ANewEpochFormsANewWorld) {
+  FakeWorlds worlds(2, kGuard);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, 2);
+      ASSERT_NE(former, nullptr);
+      former->AddStep(0, 0, {{0, 1}});
+      former->AddStep(1, 0, {{0, 1}});
+      absl::StatusOr<std::unique_ptr<Communicator>> late =
+          former->Take(Key({0, 1}, 1));
+      if (!late.ok()) {
+        results[r] = late.status();
+        return;
+      }
+      results[r] = CheckSum(**late, r, {0, 1});
+      // Epoch 0's group was split (and is still there to take); an epoch-0
+      // group no step named is refused now that epoch 1 is here.
+      if (results[r].ok() && !former->Take(Key({0, 1}, 0)).ok()) {
+        results[r] = absl::InternalError("epoch 0's group is gone");
+      }
+      absl::Status over = former->Take(Key({0, 1}, 0, CommPurpose::kDataParallel))
+                              .status();
+      if (results[r].ok() && !over.ok()) {
+        results[r] = absl::InternalError("epoch 0's data-parallel group");
+      }
+      EXPECT_EQ(former->stats().worlds, 2);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  }
+  EXPECT_EQ(worlds.World(0)->splits(), 2);
+  EXPECT_EQ(worlds.World(1)->splits(), 2);
+}
+
+TEST(SplitGroupFormerTest, RanksThatDisagreeFailTheEpochOnEveryRank) {
+  FakeWorlds worlds(2, kGuard);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, 2);
+      ASSERT_NE(former, nullptr);
+      // Rank 1's plan does not have the group rank 0's has.
+      former->AddStep(0, 0, r == 0 ? Groups{{0, 1}} : Groups{});
+      results[r] = former->Take(Key({0, 1}, 0)).status();
+      EXPECT_EQ(former->stats().failures, 1);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].code(), absl::StatusCode::kFailedPrecondition)
+        << results[r];
+    EXPECT_THAT(results[r].message(),
+                HasSubstr("disagree about the group [0,1]"));
+    EXPECT_THAT(results[r].message(), HasSubstr("step 0 of epoch 0"));
+  }
+}
+
+TEST(SplitGroupFormerTest, AMissingRankFailsTheEpochAtTheWorldsTimeout) {
+  // Rank 1 never comes: the world's first collective (the data-parallel
+  // split) gives up after its timeout, and so does the epoch.
+  FakeWorlds worlds(2, absl::Milliseconds(50));
+  std::unique_ptr<SplitGroupFormer> former = Former(worlds, 0, 2);
+  ASSERT_NE(former, nullptr);
+  former->AddStep(0, 0, {{0, 1}});
+  absl::Status status = former->Take(Key({0, 1}, 0)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("forming the world of epoch 0"));
+}
+
+TEST(SplitGroupFormerTest, TakeOfAGroupNoStepNamesTimesOutOnTheClock) {
+  FakeClock clock;
+  FakeWorlds worlds(1, kGuard);
+  std::unique_ptr<SplitGroupFormer> former = Former(worlds, 0, 1, &clock);
+  ASSERT_NE(former, nullptr);
+  former->AddStep(0, 0, {{0}});
+  absl::Status status;
+  std::thread taker([&] { status = former->Take(Key({0, 5}, 0)).status(); });
+  ASSERT_TRUE(clock.AwaitSleepers(1, kGuard));
+  clock.Advance(kGuard);
+  taker.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("no step handed in so far"));
+  // A world of one splits its groups of one (what a GPU test runs).
+  absl::StatusOr<std::unique_ptr<Communicator>> alone =
+      former->Take(Key({0}, 0));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ((*alone)->size(), 1);
+}
+
+TEST(SplitGroupFormerTest, CancelAbortsTheWorldAndEndsPendingTakes) {
+  // Rank 1 never comes and the world would wait for it forever: only the
+  // abort by Cancel lets the former's thread (joined by the destructor)
+  // end.
+  FakeWorlds worlds(2, absl::InfiniteDuration());
+  FakeClock clock;
+  std::unique_ptr<SplitGroupFormer> former = Former(worlds, 0, 2, &clock);
+  ASSERT_NE(former, nullptr);
+  former->AddStep(0, 0, {{0, 1}});
+  absl::Status status;
+  std::thread taker([&] { status = former->Take(Key({0, 1}, 0)).status(); });
+  ASSERT_TRUE(clock.AwaitSleepers(1, kGuard));
+  former->Cancel();
+  taker.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  former.reset();
+}
+
+TEST(SplitGroupFormerTest, CreateChecksItsOptions) {
+  SplitGroupFormer::Options options;
+  options.rank = 2;
+  options.world_size = 2;
+  options.make_world = [](int64_t) {
+    return absl::StatusOr<std::unique_ptr<WorldCommunicator>>(
+        absl::InternalError("unused"));
+  };
+  EXPECT_EQ(SplitGroupFormer::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.rank = 0;
+  options.take_timeout = absl::ZeroDuration();
+  EXPECT_EQ(SplitGroupFormer::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.take_timeout = absl::Seconds(1);
+  options.make_world = nullptr;
+  EXPECT_EQ(SplitGroupFormer::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dcp
