@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# Builds what tools/device_check.sh runs on the GPU host (which has no Bazel,
+# no apt and no package registry) and puts it in one folder that the device
+# tool can carry there: the binaries, stripped, and every shared library they
+# load that a base system may lack.
+#
+#   tools/make_device_bundle.sh [OUT_DIR]    # default: device_bundle/
+#
+# Run it here, on the build machine (Bazel, CUDA toolkit). The bundle:
+#   bin/NAME     the binaries of TARGETS and KERNEL_TARGETS below
+#   lib/         their shared libraries (found with ldd), libstdc++ and
+#                libgcc_s included: the host's distribution is not known
+#   run.sh NAME [ARGS...]   runs bin/NAME with lib/ (and the host's NCCL) on
+#                LD_LIBRARY_PATH; `run.sh --nccl-dir` prints where NCCL was
+#                found, `run.sh --check NAME` lists libraries left unresolved
+#   MANIFEST     one line per binary: role, name, Bazel label
+#   BUILD_INFO   commit, date, toolkit, sizes
+# Left out: glibc (libc, libm, libdl, libpthread, librt, the loader), whose
+# symbol versions the host must provide; the driver's libcuda; and NCCL when it
+# does not fit (run.sh then finds the host's, which pip PyTorch ships in the
+# nvidia-nccl wheel). The bundle and the working tree travel together, under
+# the device tool's 64 MiB: this script fails when they would not fit, or when
+# the bundle alone is over DCP_BUNDLE_MAX_MIB (default 60).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit
+
+# The CUDA layout kernels' GPU test (`*_test`: compared with the CPU
+# references) and bandwidth benchmark. Absent ones are reported and left out.
+KERNEL_TARGETS=(
+  //kernels:ulysses_layout_cuda_gpu_test
+  //kernels:ulysses_layout_benchmark
+)
+
+# role label: the roles tools/device_check.sh looks for in MANIFEST.
+TARGETS=(
+  "nccl_test //comm:nccl_communicator_gpu_test"
+  "planner //scheduler/eval:dcp-plan"
+  "delivery_benchmark //scheduler/server:plan_delivery_benchmark"
+)
+
+# Sonames a base system (or the GPU driver) provides: never bundled.
+BASE_LIBS_RE='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libutil\.so|libresolv\.so|libcuda\.so|libnvidia-)'
+
+out="${1:-device_bundle}"
+max_mib="${DCP_BUNDLE_MAX_MIB:-60}"
+carry_limit_mib=64
+
+die() { echo "make_device_bundle: $*" >&2; exit 1; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+bytes_of() { du -sb "$1" | cut -f1; }
+
+# BUILD.bazel of //pkg:name declares name = "name".
+declared() {
+  local label="$1" pkg name
+  pkg="${label#//}"; pkg="${pkg%%:*}"; name="${label##*:}"
+  [[ -f "${pkg}/BUILD.bazel" ]] &&
+    grep -Eq "name *= *\"${name}\"" "${pkg}/BUILD.bazel"
+}
+
+roles=() labels=()
+for entry in "${TARGETS[@]}"; do
+  roles+=("${entry%% *}"); labels+=("${entry#* }")
+done
+for label in "${KERNEL_TARGETS[@]}"; do
+  if declared "${label}"; then
+    if [[ "${label}" == *_test ]]; then roles+=(kernel_test)
+    else roles+=(kernel_benchmark); fi
+    labels+=("${label}")
+  else
+    echo "make_device_bundle: ${label} is not declared (yet): left out;" \
+      "the device check will say it has no kernel binaries" >&2
+    if [[ -f kernels/BUILD.bazel ]]; then
+      echo "  kernels/BUILD.bazel declares: $(grep -Eo 'name *= *"[^"]*(_test|_benchmark)"' \
+        kernels/BUILD.bazel | sed -E 's/.*"(.*)"/\1/' | tr '\n' ' ')" >&2
+    fi
+  fi
+done
+
+core_labels=() kernel_labels=()
+for i in "${!labels[@]}"; do
+  if [[ "${roles[$i]}" == kernel_* ]]; then kernel_labels+=("${labels[$i]}")
+  else core_labels+=("${labels[$i]}"); fi
+done
+bazel_build() { bazel build --jobs=2 -c opt --config=cuda "$@"; }
+echo "== bazel build -c opt --config=cuda ${core_labels[*]}"
+bazel_build "${core_labels[@]}" || die "the build failed"
+# A kernel target that does not build (its package may be mid-edit) is left
+# out; a failed build leaves no fresh binary, so each is built on its own.
+declare -A built=()
+for label in "${core_labels[@]}"; do built["${label}"]=1; done
+if ((${#kernel_labels[@]})); then
+  echo "== bazel build -c opt --config=cuda ${kernel_labels[*]}"
+  if bazel_build "${kernel_labels[@]}"; then
+    for label in "${kernel_labels[@]}"; do built["${label}"]=1; done
+  else
+    for label in "${kernel_labels[@]}"; do
+      if bazel_build "${label}"; then built["${label}"]=1
+      else echo "make_device_bundle: ${label} does not build: left out" >&2; fi
+    done
+  fi
+fi
+bin_root="$(bazel info -c opt bazel-bin)" || die "bazel info failed"
+
+rm -rf "${out}"
+mkdir -p "${out}/bin" "${out}/lib"
+: > "${out}/MANIFEST"
+sources=()
+for i in "${!labels[@]}"; do
+  label="${labels[$i]}"
+  [[ -v "built[${label}]" ]] || continue
+  pkg="${label#//}"; pkg="${pkg%%:*}"; name="${label##*:}"
+  src="${bin_root}/${pkg}/${name}"
+  [[ -x "${src}" ]] || die "${label} built, but ${src} is not there"
+  cp -L "${src}" "${out}/bin/${name}"
+  chmod u+w "${out}/bin/${name}"
+  strip --strip-unneeded "${out}/bin/${name}"
+  echo "${roles[$i]} ${name} ${label}" >> "${out}/MANIFEST"
+  sources+=("${src}")
+done
+# A stale binary from an earlier CUDA-less build would lack NCCL: refuse it.
+ldd "${bin_root}/comm/nccl_communicator_gpu_test" | grep -q libnccl ||
+  die "nccl_communicator_gpu_test links no NCCL: not a --config=cuda build"
+
+# Shared libraries, resolved from the build tree (its RUNPATHs point at
+# Bazel's _solib folders and at the CUDA toolkit).
+declare -A lib_path=()
+for src in "${sources[@]}"; do
+  while read -r soname _ path _; do
+    [[ "${soname}" =~ ${BASE_LIBS_RE} ]] && continue
+    [[ "${path}" == /* ]] || die "${src}: ${soname} is not found here"
+    lib_path["${soname}"]="${path}"
+  done < <(ldd "${src}" | grep '=>')
+done
+
+nccl_note=""
+for soname in "${!lib_path[@]}"; do
+  [[ "${soname}" == libnccl.so* ]] && continue
+  cp -L "${lib_path[${soname}]}" "${out}/lib/${soname}"
+  chmod u+w "${out}/lib/${soname}"
+  strip --strip-unneeded "${out}/lib/${soname}" 2>/dev/null || true
+done
+if [[ -v "lib_path[libnccl.so.2]" ]]; then
+  nccl_bytes="$(stat -L -c %s "${lib_path[libnccl.so.2]}")"
+  room=$((max_mib * 1048576 - $(bytes_of "${out}")))
+  if ((nccl_bytes < room)); then
+    cp -L "${lib_path[libnccl.so.2]}" "${out}/lib/libnccl.so.2"
+    nccl_note="bundled ($(mib "${nccl_bytes}") MiB)"
+  else
+    nccl_note="not bundled ($(mib "${nccl_bytes}") MiB, over the"
+    nccl_note+=" $(mib "${room}") MiB left): run.sh finds the host's"
+  fi
+fi
+
+cat > "${out}/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs a bundled binary with the bundle's libraries (written by
+# tools/make_device_bundle.sh; see there).
+#   run.sh NAME [ARGS...] | run.sh --nccl-dir | run.sh --check NAME
+# NCCL: $DCP_NCCL_LIB_DIR when set, else the bundle's own copy, else a pip
+# wheel's (nvidia-nccl*, as pip PyTorch installs it) seen by python3, else the
+# loader's default search (ldconfig, /usr/local/cuda/lib64).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+nccl_dir() {
+  if [[ -n "${DCP_NCCL_LIB_DIR:-}" ]]; then echo "${DCP_NCCL_LIB_DIR}"; return; fi
+  [[ -f "${here}/lib/libnccl.so.2" ]] && { echo "${here}/lib"; return; }
+  local found
+  found="$(${PYTHON:-python3} - 2>/dev/null <<'PY'
+import glob, os, sys
+hits = []
+try:
+    import nvidia.nccl as m
+    for p in getattr(m, "__path__", []):
+        hits += glob.glob(os.path.join(p, "lib", "libnccl.so.2"))
+except Exception:
+    pass
+for p in sys.path:
+    hits += glob.glob(os.path.join(p, "nvidia", "nccl", "lib", "libnccl.so.2"))
+    hits += glob.glob(os.path.join(p, "nvidia", "*", "lib", "libnccl.so.2"))
+if hits:
+    print(os.path.dirname(os.path.abspath(hits[0])))
+PY
+)"
+  if [[ -n "${found}" ]]; then echo "${found}"; return; fi
+  if ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then echo system; return; fi
+  [[ -f /usr/local/cuda/lib64/libnccl.so.2 ]] && { echo system; return; }
+  echo none
+}
+
+library_path() {
+  local dir="${here}/lib" nccl
+  nccl="$(nccl_dir)"
+  [[ "${nccl}" == /* ]] && dir="${dir}:${nccl}"
+  echo "${dir}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+}
+
+case "${1:-}" in
+  "") echo "usage: $0 NAME [ARGS...] | --nccl-dir | --check NAME" >&2; exit 2 ;;
+  --nccl-dir) nccl_dir ;;
+  --check)
+    LD_LIBRARY_PATH="$(library_path)" ldd "${here}/bin/${2:?NAME}" |
+      grep -E 'not found|no version' ;
+    exit 0 ;;
+  *)
+    name="$1"; shift
+    [[ -x "${here}/bin/${name}" ]] || { echo "$0: no bin/${name} in the bundle" >&2; exit 127; }
+    LD_LIBRARY_PATH="$(library_path)" exec "${here}/bin/${name}" "$@" ;;
+esac
+RUN
+chmod +x "${out}/run.sh"
+
+# The newest glibc symbol version the bundle needs: the host must have it.
+glibc_needed="$(for f in "${out}"/bin/* "${out}"/lib/*; do objdump -T "${f}"; done 2>/dev/null |
+  grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
+tree_bytes="$(git ls-files -z -co --exclude-standard |
+  xargs -0 stat -L -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')"
+bundle_bytes="$(bytes_of "${out}")"
+{
+  echo "commit: $(git rev-parse HEAD) ($(git status --porcelain | wc -l) paths changed)"
+  echo "made: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+  echo "toolkit: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
+  echo "needs: ${glibc_needed:-no versioned glibc}, a GPU driver for the CUDA runtime bundled"
+  echo "nccl: ${nccl_note:-not linked}"
+  echo "bundle: $(mib "${bundle_bytes}") MiB; working tree: $(mib "${tree_bytes}") MiB"
+} > "${out}/BUILD_INFO"
+
+echo "== ${out}"
+cat "${out}/MANIFEST"
+echo "libraries: $(find "${out}/lib" -type f | wc -l)"
+cat "${out}/BUILD_INFO"
+((bundle_bytes <= max_mib * 1048576)) ||
+  die "the bundle is $(mib "${bundle_bytes}") MiB, over ${max_mib} MiB"
+((bundle_bytes + tree_bytes <= carry_limit_mib * 1048576)) ||
+  die "bundle and working tree come to $(mib $((bundle_bytes + tree_bytes))) MiB," \
+    "over the device tool's ${carry_limit_mib} MiB"
+echo "carry: ${out}"
