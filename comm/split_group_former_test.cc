@@ -1,6 +1,7 @@
 #include "comm/split_group_former.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -63,6 +64,25 @@ absl::Status CheckSum(Communicator& comm, int rank,
   return absl::OkStatus();
 }
 
+/// Runs `rank_body` for every rank of `worlds`, each on its own thread with
+/// its own former, and returns what each rank's call returned.
+std::vector<absl::Status> RunRanks(
+    FakeWorlds& worlds, int size,
+    const std::function<absl::Status(int rank, SplitGroupFormer& former)>&
+        rank_body) {
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < size; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, size);
+      ASSERT_NE(former, nullptr);
+      results[r] = rank_body(r, *former);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return results;
+}
+
 TEST(SplitGroupFormerTest, SplitsEachNewGroupOnceForItsMembersThroughACache) {
   constexpr int kWorld = 4;
   FakeWorlds worlds(kWorld, kGuard);
@@ -73,47 +93,45 @@ TEST(SplitGroupFormerTest, SplitsEachNewGroupOnceForItsMembersThroughACache) {
       {{{2, 3}}, {{1, 2}}},
       {{{2, 3}}, {}},
   };
-  std::vector<absl::Status> results(kWorld);
   std::vector<SplitGroupFormer::Stats> stats(kWorld);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.emplace_back([&, r] {
-      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, kWorld);
-      ASSERT_NE(former, nullptr);
-      CommunicatorCache cache(
-          [&former](const CommKey& key, const std::string&) {
-            return former->Take(key);
-          });
-      auto run = [&]() -> absl::Status {
-        for (int64_t s = 0; s < 2; ++s) {
-          former->AddStep(/*epoch=*/0, s, steps[r][s]);
-          for (const std::vector<int>& group : steps[r][s]) {
-            absl::StatusOr<Communicator*> comm = cache.Get(Key(group, 0), "");
-            if (!comm.ok()) return comm.status();
-            if ((*comm)->size() != static_cast<int>(group.size())) {
-              return absl::InternalError("wrong group size");
+  const std::vector<absl::Status> results = RunRanks(
+      worlds, kWorld, [&](int r, SplitGroupFormer& former) -> absl::Status {
+        CommunicatorCache cache(
+            [&former](const CommKey& key, const std::string&) {
+              return former.Take(key);
+            });
+        auto run = [&]() -> absl::Status {
+          for (int64_t s = 0; s < 2; ++s) {
+            former.AddStep(/*epoch=*/0, s, steps[r][s]);
+            for (const std::vector<int>& group : steps[r][s]) {
+              absl::StatusOr<Communicator*> comm = cache.Get(Key(group, 0), "");
+              if (!comm.ok()) return comm.status();
+              if ((*comm)->size() != static_cast<int>(group.size())) {
+                return absl::InternalError("wrong group size");
+              }
+              if (absl::Status c = CheckSum(**comm, r, group); !c.ok()) {
+                return c;
+              }
             }
-            if (absl::Status c = CheckSum(**comm, r, group); !c.ok()) return c;
+            absl::StatusOr<Communicator*> all =
+                cache.Get(Key({0, 1, 2, 3}, 0, CommPurpose::kDataParallel), "");
+            if (!all.ok()) return all.status();
+            if (absl::Status c = CheckSum(**all, r, {0, 1, 2, 3}); !c.ok()) {
+              return c;
+            }
           }
-          absl::StatusOr<Communicator*> all =
-              cache.Get(Key({0, 1, 2, 3}, 0, CommPurpose::kDataParallel), "");
-          if (!all.ok()) return all.status();
-          if (absl::Status c = CheckSum(**all, r, {0, 1, 2, 3}); !c.ok()) {
-            return c;
+          // The cache holds it now: the former hands a group out once.
+          absl::Status again = former.Take(Key(steps[r][0][0], 0)).status();
+          if (again.code() != absl::StatusCode::kFailedPrecondition) {
+            return absl::InternalError(
+                absl::StrCat("second take: ", again.ToString()));
           }
-        }
-        // The cache holds it now: the former hands a group out once.
-        absl::Status again = former->Take(Key(steps[r][0][0], 0)).status();
-        if (again.code() != absl::StatusCode::kFailedPrecondition) {
-          return absl::InternalError(absl::StrCat("second take: ", again.ToString()));
-        }
-        return absl::OkStatus();
-      };
-      results[r] = run();
-      stats[r] = former->stats();
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+          return absl::OkStatus();
+        };
+        absl::Status result = run();
+        stats[r] = former.stats();
+        return result;
+      });
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
     EXPECT_EQ(stats[r].worlds, 1);
@@ -128,35 +146,27 @@ TEST(SplitGroupFormerTest, SplitsEachNewGroupOnceForItsMembersThroughACache) {
 
 TEST(SplitGroupFormerTest, ANewEpochFormsANewWorld) {
   FakeWorlds worlds(2, kGuard);
-  std::vector<absl::Status> results(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, 2);
-      ASSERT_NE(former, nullptr);
-      former->AddStep(0, 0, {{0, 1}});
-      former->AddStep(1, 0, {{0, 1}});
-      absl::StatusOr<std::unique_ptr<Communicator>> late =
-          former->Take(Key({0, 1}, 1));
-      if (!late.ok()) {
-        results[r] = late.status();
-        return;
-      }
-      results[r] = CheckSum(**late, r, {0, 1});
-      // Epoch 0's group was split (and is still there to take); an epoch-0
-      // group no step named is refused now that epoch 1 is here.
-      if (results[r].ok() && !former->Take(Key({0, 1}, 0)).ok()) {
-        results[r] = absl::InternalError("epoch 0's group is gone");
-      }
-      absl::Status over = former->Take(Key({0, 1}, 0, CommPurpose::kDataParallel))
-                              .status();
-      if (results[r].ok() && !over.ok()) {
-        results[r] = absl::InternalError("epoch 0's data-parallel group");
-      }
-      EXPECT_EQ(former->stats().worlds, 2);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  const std::vector<absl::Status> results =
+      RunRanks(worlds, 2, [](int r, SplitGroupFormer& former) -> absl::Status {
+        former.AddStep(0, 0, {{0, 1}});
+        former.AddStep(1, 0, {{0, 1}});
+        absl::StatusOr<std::unique_ptr<Communicator>> late =
+            former.Take(Key({0, 1}, 1));
+        if (!late.ok()) return late.status();
+        absl::Status result = CheckSum(**late, r, {0, 1});
+        // Epoch 0's group was split (and is still there to take); an epoch-0
+        // group no step named is refused now that epoch 1 is here.
+        if (result.ok() && !former.Take(Key({0, 1}, 0)).ok()) {
+          result = absl::InternalError("epoch 0's group is gone");
+        }
+        absl::Status over =
+            former.Take(Key({0, 1}, 0, CommPurpose::kDataParallel)).status();
+        if (result.ok() && !over.ok()) {
+          result = absl::InternalError("epoch 0's data-parallel group");
+        }
+        EXPECT_EQ(former.stats().worlds, 2);
+        return result;
+      });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
   }
@@ -166,19 +176,14 @@ TEST(SplitGroupFormerTest, ANewEpochFormsANewWorld) {
 
 TEST(SplitGroupFormerTest, RanksThatDisagreeFailTheEpochOnEveryRank) {
   FakeWorlds worlds(2, kGuard);
-  std::vector<absl::Status> results(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, 2);
-      ASSERT_NE(former, nullptr);
-      // Rank 1's plan does not have the group rank 0's has.
-      former->AddStep(0, 0, r == 0 ? Groups{{0, 1}} : Groups{});
-      results[r] = former->Take(Key({0, 1}, 0)).status();
-      EXPECT_EQ(former->stats().failures, 1);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  const std::vector<absl::Status> results =
+      RunRanks(worlds, 2, [](int r, SplitGroupFormer& former) -> absl::Status {
+        // Rank 1's plan does not have the group rank 0's has.
+        former.AddStep(0, 0, r == 0 ? Groups{{0, 1}} : Groups{});
+        absl::Status result = former.Take(Key({0, 1}, 0)).status();
+        EXPECT_EQ(former.stats().failures, 1);
+        return result;
+      });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(results[r].code(), absl::StatusCode::kFailedPrecondition)
         << results[r];

@@ -2,60 +2,26 @@
 
 #include <cstdint>
 #include <cstring>
-#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/ulysses_layout.h"
+#include "kernels/ulysses_layout_testing.h"
 
 namespace dcp::kernels::cpu {
 namespace {
 
-// A group's shape, the ranks' layouts differing only in `rank`.
-struct Shape {
-  int p, heads, kv_heads, kv_replication, head_dim;
-  int64_t shard_tokens, total_tokens;
-};
+using testing_layout::CaseName;
+using testing_layout::LayoutOf;
+using testing_layout::Shape;
+using testing_layout::ShapeName;
 
-// Uneven on purpose: T not a multiple of p, ranks with only padding, kv
-// heads fewer than p (replicated), odd head_dim, shards padded further than
-// needed, and the group of one.
-const Shape kShapes[] = {
-    {1, 4, 2, 1, 8, 5, 5},   // no exchange
-    {2, 4, 2, 1, 4, 4, 7},   // T = 7 over 2 ranks
-    {2, 6, 3, 2, 3, 5, 9},   // kv 3 over 2 ranks: each sent twice
-    {4, 8, 2, 2, 3, 3, 10},  // kv < p, odd head_dim
-    {8, 8, 1, 8, 5, 2, 13},  // one kv head for 8 ranks; rank 7 all padding
-    {4, 12, 4, 1, 6, 1, 1},  // one real token
-    {3, 6, 3, 1, 7, 5, 9},   // shards of 5 where 3 would do
-    {4, 16, 4, 1, 2, 6, 0},  // an empty pack
-};
-
-std::string Name(const Shape& s) {
-  return absl::StrCat("p", s.p, "_heads", s.heads, "_kv", s.kv_heads, "x",
-                      s.kv_replication, "_d", s.head_dim, "_shard",
-                      s.shard_tokens, "_T", s.total_tokens);
-}
-
-// gtest prints the parameter of a failing case with this.
-void PrintTo(const Shape& s, std::ostream* os) { *os << Name(s); }
-
-UlyssesLayout LayoutOf(const Shape& s, int rank, DType dtype) {
-  UlyssesLayout layout;
-  layout.group_size = s.p;
-  layout.rank = rank;
-  layout.shard_tokens = s.shard_tokens;
-  layout.total_tokens = s.total_tokens;
-  layout.heads = s.heads;
-  layout.kv_heads = s.kv_heads;
-  layout.kv_replication = s.kv_replication;
-  layout.head_dim = s.head_dim;
-  layout.dtype = dtype;
-  return layout;
+// The shared uneven shapes, and an empty pack.
+std::vector<Shape> TestedShapes() {
+  return testing_layout::UnevenShapes({{4, 16, 4, 1, 2, 6, 0}});
 }
 
 // A dense [rows, heads, dim] tensor of 2- or 4-byte elements held as
@@ -101,7 +67,8 @@ class Tensor {
 // The value of element x of head `head` of global token g of tensor
 // `which`: never zero, so that zero padding shows, and distinct for distinct
 // arguments (also in 16 bits) while g < 32, head < 32 and x < 8, so that a
-// misplaced element shows; TagsAreDistinct holds kShapes to those bounds.
+// misplaced element shows; TagsAreDistinct holds TestedShapes() to those
+// bounds.
 uint32_t Tag(DType dtype, int which, int64_t g, int64_t head, int64_t x) {
   const uint32_t tag =
       static_cast<uint32_t>(((which * 32 + g) * 32 + head) * 8 + x + 1);
@@ -133,10 +100,10 @@ struct ShardInputs {
 };
 
 TEST(UlyssesLayoutCpuShapesTest, TagsAreDistinct) {
-  for (const Shape& s : kShapes) {
-    EXPECT_LT(s.shard_tokens * s.p, 32) << Name(s);
-    EXPECT_LT(s.heads + 2 * s.kv_heads * s.kv_replication, 32) << Name(s);
-    EXPECT_LE(s.head_dim, 8) << Name(s);
+  for (const Shape& s : TestedShapes()) {
+    EXPECT_LT(s.shard_tokens * s.p, 32) << ShapeName(s);
+    EXPECT_LT(s.heads + 2 * s.kv_heads * s.kv_replication, 32) << ShapeName(s);
+    EXPECT_LE(s.head_dim, 8) << ShapeName(s);
   }
   EXPECT_LT(Tag(DType::kFloat32, kV, 31, 31, 7), 1u << 16);
 }
@@ -405,11 +372,10 @@ TEST_P(UlyssesLayoutCpuTest, ArgumentErrorsComeBackAsStatus) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, UlyssesLayoutCpuTest,
-    ::testing::Combine(::testing::ValuesIn(kShapes),
+    ::testing::Combine(::testing::ValuesIn(TestedShapes()),
                        ::testing::Values(DType::kFloat32, DType::kBFloat16)),
     [](const ::testing::TestParamInfo<UlyssesLayoutCpuTest::ParamType>& info) {
-      return Name(std::get<0>(info.param)) + "_" +
-             DTypeName(std::get<1>(info.param));
+      return CaseName(std::get<0>(info.param), std::get<1>(info.param));
     });
 
 }  // namespace

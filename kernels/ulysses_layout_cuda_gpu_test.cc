@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -17,9 +16,13 @@
 #include "kernels/ulysses_layout.h"
 #include "kernels/ulysses_layout_cpu.h"
 #include "kernels/ulysses_layout_cuda.h"
+#include "kernels/ulysses_layout_testing.h"
 
 namespace dcp::kernels {
 namespace {
+
+using testing_layout::CaseName;
+using testing_layout::Shape;
 
 int DeviceCount() {
   int count = 0;
@@ -27,33 +30,19 @@ int DeviceCount() {
   return count;
 }
 
-struct Shape {
-  int p, heads, kv_heads, kv_replication, head_dim;
-  int64_t shard_tokens, total_tokens;
-};
-
-// The uneven shapes of the CPU test (T not a multiple of p, ranks holding
-// only padding, kv heads replicated, odd head_dim, an empty pack), then
-// model-sized ones: head vectors of 16-byte words, and odd ones that move
-// in 2- or 4-byte words.
-const Shape kShapes[] = {
-    {1, 4, 2, 1, 8, 5, 5},         {2, 4, 2, 1, 4, 4, 7},
-    {2, 6, 3, 2, 3, 5, 9},         {4, 8, 2, 2, 3, 3, 10},
-    {8, 8, 1, 8, 5, 2, 13},        {4, 12, 4, 1, 6, 1, 1},
-    {3, 6, 3, 1, 7, 5, 9},         {4, 16, 4, 1, 2, 6, 0},
-    {8, 64, 8, 1, 128, 256, 2000},  // 8 heads a rank, GQA 8:1
-    {8, 32, 4, 2, 128, 300, 2345},  // kv heads replicated twice
-    {4, 32, 8, 1, 64, 257, 1025},  {2, 8, 8, 1, 127, 99, 190},  // odd head_dim
-    {8, 8, 2, 4, 96, 33, 200},
-};
-
-std::string Name(const Shape& s) {
-  return absl::StrCat("p", s.p, "_heads", s.heads, "_kv", s.kv_heads, "x",
-                      s.kv_replication, "_d", s.head_dim, "_shard",
-                      s.shard_tokens, "_T", s.total_tokens);
+// The shared uneven shapes and the CPU test's empty pack, then model-sized
+// ones: head vectors of 16-byte words, and odd ones that move in 2- or
+// 4-byte words.
+std::vector<Shape> TestedShapes() {
+  return testing_layout::UnevenShapes({
+      {4, 16, 4, 1, 2, 6, 0},         // an empty pack
+      {8, 64, 8, 1, 128, 256, 2000},  // 8 heads a rank, GQA 8:1
+      {8, 32, 4, 2, 128, 300, 2345},  // kv heads replicated twice
+      {4, 32, 8, 1, 64, 257, 1025},
+      {2, 8, 8, 1, 127, 99, 190},  // odd head_dim
+      {8, 8, 2, 4, 96, 33, 200},
+  });
 }
-
-void PrintTo(const Shape& s, std::ostream* os) { *os << Name(s); }
 
 // The same random bytes on the host and on the device, with a guard after
 // them that no function may write, at `offset` bytes past an allocation
@@ -123,18 +112,7 @@ class UlyssesLayoutCudaTest
   DType dtype() const { return std::get<1>(GetParam()); }
   int64_t element() const { return ElementBytes(dtype()); }
   UlyssesLayout Layout(int rank) const {
-    const Shape& s = shape();
-    UlyssesLayout layout;
-    layout.group_size = s.p;
-    layout.rank = rank;
-    layout.shard_tokens = s.shard_tokens;
-    layout.total_tokens = s.total_tokens;
-    layout.heads = s.heads;
-    layout.kv_heads = s.kv_heads;
-    layout.kv_replication = s.kv_replication;
-    layout.head_dim = s.head_dim;
-    layout.dtype = dtype();
-    return layout;
+    return testing_layout::LayoutOf(shape(), rank, dtype());
   }
   // Buffer offsets to run with: aligned, and one element off.
   std::vector<size_t> Offsets() const {
@@ -298,11 +276,10 @@ TEST_P(UlyssesLayoutCudaTest, ArgumentErrorsMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, UlyssesLayoutCudaTest,
-    ::testing::Combine(::testing::ValuesIn(kShapes),
+    ::testing::Combine(::testing::ValuesIn(TestedShapes()),
                        ::testing::Values(DType::kFloat32, DType::kBFloat16)),
     [](const ::testing::TestParamInfo<UlyssesLayoutCudaTest::ParamType>& info) {
-      return Name(std::get<0>(info.param)) + "_" +
-             DTypeName(std::get<1>(info.param));
+      return CaseName(std::get<0>(info.param), std::get<1>(info.param));
     });
 
 }  // namespace

@@ -7,37 +7,21 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/ulysses_layout.h"
 #include "kernels/ulysses_layout_cpu.h"
+#include "kernels/ulysses_layout_testing.h"
 
 namespace dcp::kernels::cpu {
 namespace {
 
-struct Shape {
-  int p, heads, kv_heads, kv_replication, head_dim;
-  int64_t shard_tokens, total_tokens;
-};
+using testing_layout::CaseName;
+using testing_layout::LayoutOf;
+using testing_layout::Shape;
 
-const Shape kShapes[] = {
-    {1, 4, 2, 1, 8, 5, 5},  {2, 4, 2, 1, 4, 4, 7},    {2, 6, 3, 2, 3, 5, 9},
-    {4, 8, 2, 2, 3, 3, 10}, {8, 8, 1, 8, 5, 2, 13},   {4, 12, 4, 1, 6, 1, 1},
-    {3, 6, 3, 1, 7, 5, 9},  {4, 32, 8, 1, 16, 9, 33},
-};
-
-UlyssesLayout LayoutOf(const Shape& s, int rank, DType dtype) {
-  UlyssesLayout layout;
-  layout.group_size = s.p;
-  layout.rank = rank;
-  layout.shard_tokens = s.shard_tokens;
-  layout.total_tokens = s.total_tokens;
-  layout.heads = s.heads;
-  layout.kv_heads = s.kv_heads;
-  layout.kv_replication = s.kv_replication;
-  layout.head_dim = s.head_dim;
-  layout.dtype = dtype;
-  return layout;
+// The shared uneven shapes, and a larger one.
+std::vector<Shape> TestedShapes() {
+  return testing_layout::UnevenShapes({{4, 32, 8, 1, 16, 9, 33}});
 }
 
 // rank r receives block r of every rank's send, in rank order.
@@ -57,10 +41,7 @@ bool SameRows(const at::Tensor& a, const at::Tensor& b, int64_t rows) {
 }
 
 void CheckShape(const Shape& s, at::ScalarType scalar, DType dtype) {
-  SCOPED_TRACE(absl::StrCat("p ", s.p, " heads ", s.heads, " kv ", s.kv_heads,
-                            "x", s.kv_replication, " d ", s.head_dim, " shard ",
-                            s.shard_tokens, " T ", s.total_tokens, " ",
-                            DTypeName(dtype)));
+  SCOPED_TRACE(CaseName(s, dtype));
   const int64_t p = s.p, st = s.shard_tokens, d = s.head_dim;
   const UlyssesLayout any = LayoutOf(s, 0, dtype);
   const int64_t h = any.local_heads(), e = any.local_kv_heads();
@@ -145,7 +126,7 @@ void CheckShape(const Shape& s, at::ScalarType scalar, DType dtype) {
 }
 
 TEST(UlyssesLayoutTorchTest, CpuReferenceIsTheTrainersLayout) {
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : TestedShapes()) {
     CheckShape(s, at::kFloat, DType::kFloat32);
     CheckShape(s, at::kBFloat16, DType::kBFloat16);
   }

@@ -307,12 +307,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
   return server;
 }
 
-absl::Status Run() {
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "execute" && mode != "serve") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode must be execute or serve, not '", mode, "'"));
-  }
+// The agent's options from the flags, for `mode` (execute or serve).
+absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
   if (absl::GetFlag(FLAGS_rank) < 0) {
     return absl::InvalidArgumentError("--rank is required (>= 0)");
   }
@@ -348,6 +344,16 @@ absl::Status Run() {
   // Both modes profile here, before the first step (serve mode before its
   // trainer gets one).
   options.run_profile = RunProfile;
+  return options;
+}
+
+absl::Status Run() {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "execute" && mode != "serve") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode must be execute or serve, not '", mode, "'"));
+  }
+  ASSIGN_OR_RETURN(const AgentOptions options, OptionsFromFlags(mode));
 
   SignalWatcher::BlockSignals();
   // Served from before the registration (which may wait for the scheduler),
