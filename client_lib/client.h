@@ -30,9 +30,13 @@ struct ClientOptions {
   };
   Mode mode = Mode::kInProcess;
   /// In-process mode: the embedded agent's options (scheduler address,
-  /// rank, world size, ...).
+  /// rank, world size, ...; `agent.security` secures its connection: TLS,
+  /// a client certificate, the bearer token, the job id).
   AgentOptions agent;
-  /// Sidecar mode: the dcp-agent's socket, as a path or "unix:/path".
+  /// Sidecar mode: the dcp-agent's socket, as a path or "unix:/path". A
+  /// Unix socket is local to the host and takes no credentials: its file's
+  /// and directory's permissions decide who may act for the rank (the
+  /// dcp-agent holds the scheduler's credentials).
   std::string agent_socket;
   /// Sidecar mode: the rank the dcp-agent serves (its reports must match).
   int rank = -1;
@@ -106,6 +110,7 @@ struct Step {
 ///
 ///   ClientOptions options;
 ///   options.agent.scheduler_address = "10.0.0.1:50051";
+///   options.agent.security.tls_ca = "/etc/dcp/ca.crt";  // TLS off loopback
 ///   options.agent.rank = rank;
 ///   options.agent.world_size = world;
 ///   ASSIGN_OR_RETURN(std::unique_ptr<Client> client,

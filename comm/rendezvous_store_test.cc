@@ -283,6 +283,32 @@ TEST_F(SchedulerRendezvousStoreTest,
   EXPECT_THAT(status.message(), HasSubstr("UNAVAILABLE"));
 }
 
+TEST_F(SchedulerRendezvousStoreTest, SetRetriesAnUnreachableScheduler) {
+  // A scheduler that is away (restarting): Set polls on the Wait schedule
+  // until its retry timeout, then gives up with the last error.
+  SchedulerRendezvousStore::Options options;
+  options.session_id = "s";
+  options.clock = &clock_;
+  options.set_retry_timeout = absl::Milliseconds(60);
+  absl::StatusOr<std::unique_ptr<SchedulerRendezvousStore>> store =
+      SchedulerRendezvousStore::Create(
+          grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()),
+          options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const absl::Time deadline = clock_.Now() + options.set_retry_timeout;
+  absl::Status set;
+  std::thread setter([&] { set = (*store)->Set("s/k", "v"); });
+  EXPECT_EQ(StepSleepsUntil(clock_, deadline), Millis({1, 2, 4, 8, 16, 29}));
+  setter.join();
+  EXPECT_EQ(set.code(), absl::StatusCode::kUnavailable) << set;
+  EXPECT_THAT(set.message(), HasSubstr("StoreSet s/k"));
+
+  // Other errors are not retried.
+  std::unique_ptr<SchedulerRendezvousStore> stale = NewStore("stale");
+  EXPECT_EQ(stale->Set("s1/x", "v").code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(SchedulerRendezvousStoreCreateTest, RejectsBadOptions) {
   SchedulerRendezvousStore::Options options;
   EXPECT_EQ(SchedulerRendezvousStore::Create(nullptr, options).status().code(),

@@ -74,11 +74,25 @@ absl::Status SchedulerRendezvousStore::Set(absl::string_view key,
   request.set_session_id(impl_->options.session_id);
   request.set_key(std::string(key));
   request.set_value(std::string(value));
-  v1::StoreSetResponse response;
-  grpc::ClientContext context;
-  SetRpcTimeout(context, impl_->options.rpc_timeout);
-  return FromGrpc(impl_->stub->StoreSet(&context, request, &response),
-                  absl::StrCat("StoreSet ", key));
+  Clock& clock = *impl_->options.clock;
+  const absl::Time deadline = clock.Now() + impl_->options.set_retry_timeout;
+  Backoff backoff(impl_->options.initial_backoff, impl_->options.max_backoff);
+  while (true) {
+    v1::StoreSetResponse response;
+    grpc::ClientContext context;
+    SetRpcTimeout(context, impl_->options.rpc_timeout);
+    const grpc::Status status =
+        impl_->stub->StoreSet(&context, request, &response);
+    const bool retry =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retry || clock.Now() >= deadline) {
+      return FromGrpc(status, absl::StrCat("StoreSet ", key));
+    }
+    // The scheduler is away (restarting): the same Set again, once it is
+    // back.
+    SleepUntil(clock, std::min(clock.Now() + backoff.Next(), deadline));
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> SchedulerRendezvousStore::Wait(

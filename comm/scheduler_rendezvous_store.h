@@ -29,7 +29,10 @@ namespace dcp {
 /// `max_backoff`, until the keys are all set or the timeout passes (both
 /// measured on, and slept on, the injected clock). NOT_FOUND
 /// and UNAVAILABLE (a scheduler restarting) are retried; any other error ends
-/// the wait at once. Thread-safe: gRPC stubs are.
+/// the wait at once. `Set` retries UNAVAILABLE and DEADLINE_EXCEEDED the
+/// same way for up to `set_retry_timeout` (a Set is idempotent), so that a
+/// group forming while a scheduler with durable state restarts still forms.
+/// Thread-safe: gRPC stubs are.
 ///
 ///   SchedulerRendezvousStore::Options options;
 ///   options.session_id = registered.session_id();
@@ -49,6 +52,8 @@ class SchedulerRendezvousStore final : public RendezvousStoreInterface {
     absl::Duration max_backoff = absl::Milliseconds(50);
     /// Deadline of one RPC (shortened to what is left of a `Wait`).
     absl::Duration rpc_timeout = absl::Seconds(10);
+    /// How long `Set` keeps retrying a scheduler that is unavailable.
+    absl::Duration set_retry_timeout = absl::Seconds(30);
     /// What `Wait`'s timeout and back-off are measured and slept on; not
     /// owned, must outlive the store. Null: the system clock. RPC deadlines
     /// are always in real time (gRPC's).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace dcp {
@@ -79,6 +80,10 @@ absl::StatusOr<ModelSpec> BuiltinModel(absl::string_view name) {
 
 absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
                                            absl::string_view source_name) {
+  if (absl::Status depth = CheckJsonDepth(json_text); !depth.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": not a model config: ", depth.message()));
+  }
   nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(),
                                            nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {

@@ -1,5 +1,8 @@
 #include "common/model_spec.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace dcp {
@@ -56,6 +59,22 @@ TEST(ModelSpecTest, RejectsBadConfigsWithActionableMessages) {
           "d.json")
           .status();
   EXPECT_NE(bad_kv.message().find("kv_heads"), std::string::npos);
+}
+
+// Found by //fuzz:model_config_fuzzer: quoting a value this deep in the
+// error message overflowed the stack.
+TEST(ModelSpecTest, RejectsDeeplyNestedConfigs) {
+  const int depth = 100000;
+  absl::Status deep =
+      ParseModelConfig(absl::StrCat(R"({"layers": )", std::string(depth, '['),
+                                    std::string(depth, ']'), "}"),
+                       "deep.json")
+          .status();
+  EXPECT_EQ(deep.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(deep.message().find("deep.json: not a model config: nested more "
+                                "than 512 levels deep"),
+            std::string::npos)
+      << deep;
 }
 
 }  // namespace

@@ -44,6 +44,7 @@
 #include "client_lib/client.h"
 #include "common/clock.h"
 #include "common/model_spec.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "examples/local_planner.h"
 #include "examples/loss_log.h"
@@ -315,6 +316,8 @@ absl::Status RunRank() {
   ClientOptions client;
   client.mode = ClientOptions::Mode::kInProcess;
   client.agent.scheduler_address = scheduler;
+  // --tls_ca, --tls_cert, --tls_key, --auth_token_file, --job_id, --insecure.
+  client.agent.security = SecurityOptionsFromFlags();
   client.agent.rank = rank;
   client.agent.world_size = world;
   client.communicators = false;  // The trainer forms its own c10d groups.

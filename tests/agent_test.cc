@@ -21,6 +21,7 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/control/state_store.h"
 #include "scheduler/server/scheduler_server.h"
 
 namespace dcp {
@@ -376,6 +377,67 @@ TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
   // The first scheduler's report stream ended with it; every report still
   // got through (on a new stream, or over ReportTimings).
   EXPECT_EQ((*agent)->Stats().reports_sent, 6);
+}
+
+TEST(AgentTest, AReportWaitsForASchedulerThatRestartsOnItsState) {
+  FakeStateStore first_state;
+  SchedulerServerOptions first_options = ServerOptions(1, 2, 0);
+  first_options.control_plane.state_store = &first_state;
+  auto first = StartServer(first_options);
+  ASSERT_NE(first, nullptr);
+  const int port = first->port();
+  FakeClock clock;
+  AgentOptions options = AgentFor(*first, 0);
+  options.clock = &clock;
+  // Every back-off is an hour of the fake clock: nothing is retried before
+  // the test moves it.
+  options.initial_backoff = absl::Hours(1);
+  options.max_backoff = absl::Hours(1);
+  options.max_reconnect_attempts = 1000;
+  // Long enough that no wait for a registration times out while the test
+  // moves the clock.
+  options.rpc_timeout = absl::Hours(1000);
+  options.report_stream = false;
+  auto agent = Agent::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  absl::StatusOr<NextStepResult> step0 = (*agent)->NextStep(-1, kGuard);
+  ASSERT_TRUE(step0.ok()) << step0.status();
+  first->Shutdown();
+  first.reset();
+
+  absl::Status reported = absl::UnknownError("not answered");
+  absl::Notification done;
+  std::thread reporter([&] {
+    reported = (*agent)->ReportTimings(ReportOf(step0->step));
+    done.Notify();
+  });
+  // Well past its first few attempts the report still waits: the plan
+  // stream (asleep beside it) is still reconnecting.
+  for (int round = 0; round < 8; ++round) {
+    ASSERT_TRUE(clock.AwaitSleepers(2, kGuard)) << "round " << round;
+    EXPECT_FALSE(done.HasBeenNotified())
+        << "round " << round << ": " << reported;
+    clock.Advance(absl::Hours(1));
+  }
+  // The scheduler comes back on its state: the same session, step 0 kept.
+  ASSERT_TRUE(clock.AwaitSleepers(2, kGuard));
+  FakeStateStore second_state(first_state.state());
+  SchedulerServerOptions second_options = ServerOptions(1, 2, 0);
+  second_options.control_plane.state_store = &second_state;
+  second_options.listen_address = absl::StrCat("127.0.0.1:", port);
+  auto second = StartServer(second_options);
+  ASSERT_NE(second, nullptr);
+  // The first tries may find the agent's channel still backing off (in
+  // real time) and sleep again: the clock moves an hour at a time until
+  // the report is in.
+  for (int round = 0;
+       !done.WaitForNotificationWithTimeout(absl::Milliseconds(50)); ++round) {
+    ASSERT_LT(round, 400) << "the report never got through";
+    clock.Advance(absl::Hours(1));
+  }
+  reporter.join();
+  EXPECT_TRUE(reported.ok()) << reported;
+  EXPECT_EQ(second->control_plane().Status().completed_steps(), 1);
 }
 
 TEST(AgentTest, NewSchedulerSessionIsAnError) {

@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages dcp needs; installs nothing that is already
 # there, so it is cheap to run before every build.
 #
-#   tools/setup.sh              # what `bazel build/test //...` needs (all groups)
+#   tools/setup.sh              # what `bazel build/test //...` and
+#                               # tools/fuzz.sh need (all groups)
 #   tools/setup.sh build [...]  # the same, by group name
 #
 # Runs as root, or through sudo otherwise. Prints nothing when everything is
@@ -16,13 +17,14 @@ declare -A PACKAGE_GROUPS=(
   # toolchain, and the system libraries of third_party/system_library.bzl
   # (civetweb serves /metrics). prometheus (promtool and the server) is what
   # the metrics tests validate against; run_demo.sh reads /metrics with curl.
+  # The security tests make their certificates with the openssl CLI.
   [build]="bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib
            g++ pkg-config
            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
            libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
            nlohmann-json3-dev libgloo-dev
            libcivetweb-dev prometheus curl
-           git ca-certificates"
+           git ca-certificates openssl"
   # libtorch (CPU, with c10d's Gloo process group) for the training path:
   # the model, sequence parallelism and the trainer under train/; gnuplot
   # (without X) for tools/plot_loss.sh, which draws dcp-train's loss logs.
@@ -38,6 +40,21 @@ declare -A PACKAGE_GROUPS=(
   # the headers of Debian's python3, and python3-torch (the same libtorch
   # 1.13, for torch.distributed and the Python model of examples/).
   [python]="python3-dev pybind11-dev python3-torch"
+  # tools/fuzz.sh: clang and libFuzzer (with the sanitizers' runtimes) for
+  # the fuzz targets of fuzz/, built outside Bazel with make; python3 reads
+  # what `bazel query` says about the system libraries.
+  [fuzz]="clang-14 libfuzzer-14-dev make python3"
+  # What the checks of deploy/ run: a real Slurm for tests/slurm_e2e_test
+  # (the daemons, and sbatch, srun and scontrol; it pulls in munge, which
+  # the test does not start), systemd-analyze for the unit files of
+  # deploy/systemd (no running systemd needed), and buildah, which builds
+  # deploy/container/Containerfile where a base image is at hand. The
+  # Kubernetes manifests' test (deploy/kubernetes) parses them with
+  # python3-yaml, validates them against the vendored OpenAPI schemas with
+  # python3-jsonschema and sends the kubelet's health probes with
+  # python3-grpcio.
+  [deploy]="slurmctld slurmd slurm-client systemd buildah
+            python3-yaml python3-jsonschema python3-grpcio"
 )
 
 usage() {
@@ -52,7 +69,7 @@ installed() {
 
 main() {
   local groups=("$@")
-  ((${#groups[@]})) || groups=(build train python)
+  ((${#groups[@]})) || groups=(build train python fuzz deploy)
 
   local group pkg missing=()
   for group in "${groups[@]}"; do

@@ -16,10 +16,9 @@
 #include "comm/nccl_world_communicator.h"
 #include "comm/scheduler_rendezvous_store.h"
 #include "comm/split_group_former.h"
+#include "common/grpc_credentials.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "worker_agent/cancellable_store.h"
@@ -36,18 +35,35 @@ struct Agent::Stub {
   std::unique_ptr<v1::Scheduler::Stub> stub;
 };
 
-Agent::Agent(AgentOptions options, CommBackend backend)
-    : options_(std::move(options)),
-      backend_(backend),
-      clock_(options_.clock != nullptr ? options_.clock : RealClock::Default()),
-      stub_(std::make_unique<Stub>()) {
+namespace {
+
+/// The channel to the scheduler, secured as `options.security` says.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> SchedulerChannel(
+    const AgentOptions& options) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetMaxReceiveMessageSize(64 << 20);
-  channel_ = grpc::CreateCustomChannel(
-      options_.scheduler_address, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateSecureChannel(
+      options.scheduler_address, options.security, std::move(args));
+  if (!channel.ok()) {
+    return absl::Status(channel.status().code(),
+                        absl::StrCat("agent options: ",
+                                     channel.status().message()));
+  }
+  return channel;
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options, CommBackend backend,
+             std::shared_ptr<grpc::ChannelInterface> channel)
+    : options_(std::move(options)),
+      backend_(backend),
+      clock_(options_.clock != nullptr ? options_.clock : RealClock::Default()),
+      channel_(std::move(channel)),
+      stub_(std::make_unique<Stub>()) {
   stub_->stub = v1::Scheduler::NewStub(channel_);
   const AgentOptions& o = options_;
   registration_ = std::make_unique<Registration>(
@@ -92,7 +108,10 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   // fails at once.
   ASSIGN_OR_RETURN(const CommBackend backend,
                    AgentCommBackend(options, DetectCommEnvironment()));
-  auto agent = absl::WrapUnique(new Agent(std::move(options), backend));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   SchedulerChannel(options));
+  auto agent = absl::WrapUnique(
+      new Agent(std::move(options), backend, std::move(channel)));
   RETURN_IF_ERROR(agent->RegisterFirst());
   RETURN_IF_ERROR(agent->StartStreams());
   return agent;
@@ -102,9 +121,11 @@ absl::Status Agent::RegisterFirst() {
   grpc::ClientContext context;
   SetRpcTimeout(context, options_.connect_timeout);
   context.set_wait_for_ready(true);
-  ASSIGN_OR_RETURN(v1::RegisterResponse hello,
-                   registration_->Register(context));
-  return registration_->Accept(hello);
+  absl::StatusOr<v1::RegisterResponse> hello = registration_->Register(context);
+  if (!hello.ok()) {
+    return WithConnectionHint(hello.status(), options_.security);
+  }
+  return registration_->Accept(*hello);
 }
 
 absl::Status Agent::StartStreams() {

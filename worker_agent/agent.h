@@ -75,6 +75,7 @@ class StepMailbox;
 ///
 ///   AgentOptions options;
 ///   options.scheduler_address = "10.0.0.1:50051";
+///   options.security.tls_ca = "/etc/dcp/ca.crt";  // TLS off loopback
 ///   options.rank = 3;
 ///   ASSIGN_OR_RETURN(std::unique_ptr<Agent> agent, Agent::Start(options));
 ///   int64_t last = -1;
@@ -89,9 +90,13 @@ class StepMailbox;
 class Agent {
  public:
   /// Registers with the scheduler (waiting up to `connect_timeout` for it)
-  /// and starts the plan stream. INVALID_ARGUMENT for bad options or a rank
-  /// or world size the scheduler refuses; UNAVAILABLE / DEADLINE_EXCEEDED
-  /// when the scheduler cannot be reached.
+  /// and starts the plan stream. INVALID_ARGUMENT for bad options (security
+  /// options among them: plaintext to a non-loopback scheduler without
+  /// `security.insecure`) or a rank or world size the scheduler refuses;
+  /// NOT_FOUND for a certificate or token file that cannot be read;
+  /// UNAUTHENTICATED / PERMISSION_DENIED when the scheduler refuses the
+  /// token or the job id; UNAVAILABLE / DEADLINE_EXCEEDED when the
+  /// scheduler cannot be reached (a TLS handshake it refuses among them).
   static absl::StatusOr<std::unique_ptr<Agent>> Start(AgentOptions options);
 
   /// Shuts down and releases the communicators.
@@ -183,7 +188,8 @@ class Agent {
   void Shutdown();
 
  private:
-  Agent(AgentOptions options, CommBackend backend);
+  Agent(AgentOptions options, CommBackend backend,
+        std::shared_ptr<grpc::ChannelInterface> channel);
 
   /// Registers for the first time, waiting up to `connect_timeout`.
   absl::Status RegisterFirst();

@@ -44,6 +44,15 @@
 // --metrics_listen=HOST:PORT serves Prometheus metrics (dcp_agent_*, listed
 // in README.md) on http://HOST:PORT/metrics; off by default.
 //
+// The connection to the scheduler is plaintext only to loopback (or with
+// --insecure): --tls_ca turns TLS on (the scheduler's certificate must chain
+// to it), --tls_cert/--tls_key add the client certificate of mutual TLS,
+// --auth_token_file sends the scheduler's bearer token and --job_id the job
+// with every call (common/security_flags.h). The serve mode's socket is a
+// Unix-domain socket, local to the host: it takes no credentials, and
+// whoever may open it (its directory's and file's permissions) acts for
+// this rank.
+//
 // SIGINT/SIGTERM stop the agent (exit code 1: the job was not finished).
 
 #include <unistd.h>
@@ -65,10 +74,12 @@
 #include "absl/time/time.h"
 #include "comm/comm_backend.h"
 #include "common/file_util.h"
+#include "common/grpc_credentials.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/process_memory.h"
+#include "common/security_flags.h"
 #include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "worker_agent/agent.h"
@@ -325,6 +336,7 @@ absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
   AgentOptions options;
   options.comm_backend = backend;
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  options.security = SecurityOptionsFromFlags();
   options.rank = absl::GetFlag(FLAGS_rank);
   options.report_stream = absl::GetFlag(FLAGS_report_stream);
   options.world_size = absl::GetFlag(FLAGS_world_size);
@@ -379,10 +391,11 @@ absl::Status Run() {
   };
   const v1::RegisterResponse& hello = agent->registration();
   std::fprintf(stderr,
-               "%s dcp-agent rank %d: registered with %s (session %s, model "
-               "%s, world %d), resuming at step %lld, mode %s, groups on "
-               "%s\n",
+               "%s dcp-agent rank %d: registered with %s (%s; session %s, "
+               "model %s, world %d), resuming at step %lld, mode %s, groups "
+               "on %s\n",
                Now().c_str(), agent->rank(), options.scheduler_address.c_str(),
+               DescribeChannelSecurity(options.security).c_str(),
                hello.session_id().c_str(), hello.model().c_str(),
                hello.world_size(), static_cast<long long>(hello.next_step()),
                mode.c_str(), CommBackendName(agent->comm_backend()).c_str());
@@ -410,7 +423,9 @@ int main(int argc, char** argv) {
       "    [--log_file=FILE] [--max_steps=S] [--train_seed=S] "
       "[--learning_rate=LR]\n"
       "    [--comm_backend=auto|gloo|nccl] [--gpu=G]\n"
-      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
+      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]\n"
+      "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
+      "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);
   // As in dcp-scheduler: Debian's Abseil has the mutex deadlock detector
   // on; the tests keep it.

@@ -15,6 +15,7 @@
 #include "comm/rendezvous_store.h"
 #include "comm/world_communicator.h"
 #include "common/clock.h"
+#include "common/security_options.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 
@@ -39,6 +40,12 @@ using ProfileRunner = std::function<absl::StatusOr<v1::Profile>(
 struct AgentOptions {
   /// "host:port" of the dcp-scheduler. Required.
   std::string scheduler_address;
+  /// How the connection to the scheduler is secured
+  /// (common/security_options.h): TLS against `tls_ca`, a client
+  /// certificate for mutual TLS, the bearer token and the job id on every
+  /// call. The default, plaintext, only reaches a loopback
+  /// `scheduler_address` (else `security.insecure`).
+  SecurityOptions security;
   /// This agent's global rank. Required, >= 0.
   int rank = -1;
   /// Where the agent runs, told to the scheduler for status (e.g. the host

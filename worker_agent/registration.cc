@@ -63,6 +63,11 @@ int64_t Registration::count() const {
   return count_;
 }
 
+bool Registration::reconnecting() const {
+  absl::MutexLock lock(&mu_);
+  return reconnecting_ && !abandoned_;
+}
+
 bool Registration::AwaitRegisteredAgain(int64_t seen, absl::Duration timeout) {
   auto settled = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !reconnecting_ || count_ != seen || abandoned_;

@@ -66,6 +66,9 @@ class Registration {
 
   /// Registrations accepted so far.
   int64_t count() const ABSL_LOCKS_EXCLUDED(mu_);
+  /// Whether the plan stream broke and the reader is still trying to
+  /// register again (it has neither succeeded nor given up).
+  bool reconnecting() const ABSL_LOCKS_EXCLUDED(mu_);
   /// Blocks until a registration after the first `seen` was accepted, no
   /// reconnection is under way, `Abandon` was called or `timeout` passed;
   /// returns whether one was accepted.

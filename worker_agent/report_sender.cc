@@ -141,16 +141,28 @@ absl::Status ReportSender::ReportUnary(const v1::TimingReport& report) {
   Backoff backoff(options_.initial_backoff, options_.max_backoff);
   absl::Status status;
   constexpr int kAttempts = 5;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+  // Set when the rank registered again after a FAILED_PRECONDITION: the
+  // scheduler is back, the report is sent again at once.
+  bool registered_again = false;
+  for (int attempt = 0;; ++attempt) {
+    // Beyond a few attempts, only while the plan stream is reconnecting: a
+    // scheduler that restarts (on durable state) takes this report once it
+    // is back, and the reader's `max_reconnect_attempts` says when it is
+    // gone for good.
+    if (attempt >= kAttempts && !registered_again &&
+        !registration_->reconnecting()) {
+      break;
+    }
     // Drawn on every attempt: the first retry waits twice `initial_backoff`.
     const absl::Duration sleep = backoff.Next();
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_) return ShutDownError();
-      if (attempt > 0) {
+      if (attempt > 0 && !registered_again) {
         clock_->AwaitWithTimeout(&mu_, absl::Condition(&cancelled_), sleep);
       }
     }
+    registered_again = false;
     const int64_t registrations = registration_->count();
     grpc::ClientContext context;
     SetRpcTimeout(context, options_.rpc_timeout);
@@ -167,6 +179,7 @@ absl::Status ReportSender::ReportUnary(const v1::TimingReport& report) {
                                                options_.rpc_timeout)) {
         break;
       }
+      registered_again = true;
       continue;
     }
     if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) {

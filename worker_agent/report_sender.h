@@ -38,9 +38,10 @@ struct ReportSenderOptions {
 /// Sends the rank's timing reports: on the open report stream (opened again
 /// when it ended), falling back to ReportTimings for a report the stream
 /// cannot deliver; with unary calls only when `report_stream` is off. The
-/// blocking path retries UNAVAILABLE / DEADLINE_EXCEEDED, and
-/// FAILED_PRECONDITION once the rank registered again after a scheduler
-/// came back (`Registration::AwaitRegisteredAgain`).
+/// blocking path retries UNAVAILABLE / DEADLINE_EXCEEDED (a few times, and
+/// for as long as the plan stream is reconnecting), and
+/// FAILED_PRECONDITION at once when the rank registered again after a
+/// scheduler came back (`Registration::AwaitRegisteredAgain`).
 ///
 /// Thread-safe. Borrows the stub and the registration, which must outlive
 /// it. Shut down in order: `Cancel` (refuse, end back-offs), `CloseStreams`

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client_lib/client.h"
+#include "common/security_options.h"
 #include "train/corpus.h"
 
 namespace py = pybind11;
@@ -81,7 +82,8 @@ class PyClient {
  public:
   PyClient(const std::string& scheduler, int rank, int world_size,
            const std::string& agent_socket, double step_timeout,
-           double connect_timeout, double rpc_timeout) {
+           double connect_timeout, double rpc_timeout,
+           const SecurityOptions& security) {
     ClientOptions options;
     options.step_timeout = Seconds(step_timeout, "step_timeout");
     options.rpc_timeout = Seconds(rpc_timeout, "rpc_timeout");
@@ -101,6 +103,7 @@ class PyClient {
             "dcp.Client needs scheduler=\"HOST:PORT\" or agent_socket=PATH"));
       }
       options.agent.scheduler_address = scheduler;
+      options.agent.security = security;
       options.agent.rank = rank;
       options.agent.world_size = world_size;
       options.agent.connect_timeout =
@@ -200,13 +203,27 @@ void DefineStep(py::module_& m) {
       });
 }
 
+/// common/security_options.h's fields, for dcp.Client's keyword arguments.
+void DefineSecurityOptions(py::module_& m) {
+  py::class_<SecurityOptions>(m, "SecurityOptions")
+      .def(py::init<>())
+      .def_readwrite("tls_cert", &SecurityOptions::tls_cert)
+      .def_readwrite("tls_key", &SecurityOptions::tls_key)
+      .def_readwrite("tls_ca", &SecurityOptions::tls_ca)
+      .def_readwrite("tls_server_name", &SecurityOptions::tls_server_name)
+      .def_readwrite("auth_token_file", &SecurityOptions::auth_token_file)
+      .def_readwrite("insecure", &SecurityOptions::insecure)
+      .def_readwrite("job_id", &SecurityOptions::job_id);
+}
+
 void DefineClient(py::module_& m) {
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, int, int, const std::string&, double,
-                    double, double>(),
+                    double, double, const SecurityOptions&>(),
            py::arg("scheduler"), py::arg("rank"), py::arg("world_size"),
            py::arg("agent_socket"), py::arg("step_timeout"),
-           py::arg("connect_timeout"), py::arg("rpc_timeout"))
+           py::arg("connect_timeout"), py::arg("rpc_timeout"),
+           py::arg("security"))
       .def("next_step", &PyClient::NextStep)
       .def("report_step", &PyClient::ReportStep, py::arg("step"),
            py::arg("task_seconds"), py::arg("sync_seconds") = 0.0)
@@ -250,6 +267,7 @@ PYBIND11_MODULE(_dcp, m) {
     }
   });
   DefineStep(m);
+  DefineSecurityOptions(m);
   DefineClient(m);
   DefineCorpus(m);
 }

@@ -2,6 +2,7 @@
 #define DCP_SCHEDULER_CONTROL_CONTROL_EVENTS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -58,6 +59,25 @@ struct ProfileDoneEvent {
   bool timed_out = false;
   /// Observations held when planning starts (profile entries included).
   int64_t observations = 0;
+};
+
+/// What the control plane tells its owner when it resumed a job from its
+/// durable state (`ControlPlaneOptions::state_store`).
+struct ResumeEvent {
+  /// The job's session, kept across the restart.
+  std::string session_id;
+  int64_t epoch = 0;
+  /// Steps every rank reported before the restart.
+  int64_t completed_steps = 0;
+  /// Steps planned before the restart; those from `completed_steps` on are
+  /// served again exactly as planned.
+  int64_t planned_steps = 0;
+  /// Timing reports of the kept steps, recorded again.
+  int64_t reports = 0;
+  /// Refits behind the cost model resumed (0: the initial model).
+  int64_t refits = 0;
+  /// Rendezvous keys restored.
+  int64_t store_keys = 0;
 };
 
 }  // namespace dcp

@@ -1,5 +1,6 @@
 #include "scheduler/control/control_plane.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -110,32 +111,236 @@ KvStoreOptions StoreOptions(const ControlPlaneOptions& o,
           o.store_max_keys, o.store_max_total_bytes};
 }
 
+/// FNV-1a over the lengths' 32-bit little-endian bytes: stable across
+/// builds and hosts, unlike absl::Hash.
+uint64_t LengthsDigest(const std::vector<int32_t>& lengths) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (int32_t length : lengths) {
+    const uint32_t v = static_cast<uint32_t>(length);
+    for (int i = 0; i < 4; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ULL;
+    }
+  }
+  return h;
+}
+
+std::string ModelText(const ModelSpec& m) {
+  return absl::StrCat(m.name, " layers=", m.layers, " hidden=", m.hidden,
+                      " heads=", m.heads, " kv_heads=", m.kv_heads,
+                      " ffn=", m.ffn, " vocab=", m.vocab,
+                      " causal=", m.causal ? 1 : 0);
+}
+
+state::CostModelState ModelState(const CostModel& model, int64_t refits) {
+  const CostModel::Coefficients& c = model.coefficients();
+  state::CostModelState out;
+  out.set_lin(c.lin);
+  out.set_gemm_half(c.gemm_half);
+  out.set_attn(c.attn);
+  out.set_attn_half(c.attn_half);
+  out.set_a2a_byte_intra(c.a2a_byte_intra);
+  out.set_a2a_fixed_intra(c.a2a_fixed_intra);
+  out.set_a2a_byte_inter(c.a2a_byte_inter);
+  out.set_a2a_fixed_inter(c.a2a_fixed_inter);
+  out.set_fixed(c.fixed);
+  out.set_grad_sync(c.grad_sync);
+  out.set_mem_static(c.mem_static);
+  out.set_mem_token(c.mem_token);
+  out.set_mem_token_recompute(c.mem_token_recompute);
+  out.set_mem_token_base(c.mem_token_base);
+  out.set_refits(refits);
+  return out;
+}
+
+/// `stored`'s coefficients on `like`'s model, memory cap and node size.
+CostModel ModelFromState(const state::CostModelState& stored,
+                         const CostModel& like) {
+  CostModel::Coefficients c;
+  c.lin = stored.lin();
+  c.gemm_half = stored.gemm_half();
+  c.attn = stored.attn();
+  c.attn_half = stored.attn_half();
+  c.a2a_byte_intra = stored.a2a_byte_intra();
+  c.a2a_fixed_intra = stored.a2a_fixed_intra();
+  c.a2a_byte_inter = stored.a2a_byte_inter();
+  c.a2a_fixed_inter = stored.a2a_fixed_inter();
+  c.fixed = stored.fixed();
+  c.grad_sync = stored.grad_sync();
+  c.mem_static = stored.mem_static();
+  c.mem_token = stored.mem_token();
+  c.mem_token_recompute = stored.mem_token_recompute();
+  c.mem_token_base = stored.mem_token_base();
+  return CostModel(c, like.model(), like.memory_cap(), like.gpus_per_node());
+}
+
+/// The identity of the job `o` describes, as a state store keeps it
+/// (`session_id` as given, possibly empty).
+state::JobIdentity JobIdentityOf(const ControlPlaneOptions& o) {
+  state::JobIdentity job;
+  job.set_session_id(o.session_id);
+  job.set_samples(static_cast<int64_t>(o.lengths.size()));
+  job.set_lengths_digest(LengthsDigest(o.lengths));
+  job.set_window(o.window);
+  job.set_tokens_per_step(o.tokens_per_step);
+  job.set_seed(o.seed);
+  job.set_balance_steps(o.balance_steps);
+  job.set_world_size(o.world_size);
+  job.set_gpus_per_node(o.cluster.gpus_per_node);
+  job.set_model(ModelText(o.model));
+  return job;
+}
+
+/// Checks that a resumed job is `options`' and fixes what a resume keeps:
+/// the stored session, and no start-up profile once steps were planned.
+absl::Status PrepareResume(const DurableState& durable,
+                           ControlPlaneOptions& options) {
+  RETURN_IF_ERROR(CheckSameJob(*durable.job, JobIdentityOf(options)));
+  options.session_id = durable.job->session_id();
+  if (durable.planned_steps() > 0) options.profile_at_start = false;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(
     ControlPlaneOptions options) {
   RETURN_IF_ERROR(CheckOptions(options));
+  const DurableState* durable = options.state_store != nullptr
+                                    ? &options.state_store->recovered()
+                                    : nullptr;
+  const bool resume = durable != nullptr && durable->job.has_value();
+  if (resume) {
+    RETURN_IF_ERROR(PrepareResume(*durable, options));
+  } else if (options.session_id.empty()) {
+    options.session_id = RandomSessionId();
+  }
   auto cp = absl::WrapUnique(new ControlPlane(std::move(options)));
-  {
-    absl::MutexLock lock(&cp->plan_mu_);
-    StepBuilderOptions steps;
-    steps.tokens_per_step = cp->options_.tokens_per_step;
-    steps.seed = cp->options_.seed;
-    steps.lookahead_steps = cp->options_.balance_steps;
-    ASSIGN_OR_RETURN(StepBuilder builder,
-                     StepBuilder::Create(cp->lengths_, std::move(steps)));
-    cp->builder_.emplace(std::move(builder));
-    PlannerOptions planner_options = cp->options_.planner;
-    planner_options.world_size = cp->options_.world_size;
-    ASSIGN_OR_RETURN(
-        Planner planner,
-        Planner::Create(InitialModel(cp->options_), planner_options));
-    cp->planner_.emplace(std::move(planner));
+  RETURN_IF_ERROR(cp->BuildPlanner());
+  if (resume) {
+    RETURN_IF_ERROR(cp->Resume(*durable));
+  } else if (cp->state_ != nullptr) {
+    state::StateRecord job;
+    *job.mutable_job() = JobIdentityOf(cp->options_);
+    RETURN_IF_ERROR(cp->Persist(job, "the job"));
   }
   if (cp->options_.start_planner_thread) {
     cp->planner_thread_ = std::thread([raw = cp.get()] { raw->PlannerLoop(); });
   }
   return cp;
+}
+
+absl::Status ControlPlane::BuildPlanner() {
+  absl::MutexLock lock(&plan_mu_);
+  StepBuilderOptions steps;
+  steps.tokens_per_step = options_.tokens_per_step;
+  steps.seed = options_.seed;
+  steps.lookahead_steps = options_.balance_steps;
+  ASSIGN_OR_RETURN(StepBuilder builder,
+                   StepBuilder::Create(lengths_, std::move(steps)));
+  builder_.emplace(std::move(builder));
+  PlannerOptions planner_options = options_.planner;
+  planner_options.world_size = options_.world_size;
+  ASSIGN_OR_RETURN(Planner planner,
+                   Planner::Create(InitialModel(options_), planner_options));
+  planner_.emplace(std::move(planner));
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::ReplayBuilder(const DurableState& durable) {
+  absl::MutexLock lock(&plan_mu_);
+  for (int64_t step = 0; step < durable.planned_steps(); ++step) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> samples, builder_->NextStep());
+    if (step < durable.completed_steps) continue;
+    const v1::StepPlan& plan =
+        durable.steps[step - durable.completed_steps].plan;
+    std::vector<int64_t> kept(plan.samples().begin(), plan.samples().end());
+    std::sort(kept.begin(), kept.end());
+    std::sort(samples.begin(), samples.end());
+    if (kept != samples) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the kept plan of step ", step,
+          " has other samples than the step builder draws for it: the "
+          "state is not this job's (or another dcp version's)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::Resume(const DurableState& durable) {
+  RETURN_IF_ERROR(ReplayBuilder(durable));
+  if (durable.model.has_value()) {
+    ledger_.RestoreModel(ModelFromState(*durable.model, InitialModel(options_)),
+                         durable.model->refits());
+  }
+  {
+    // What was resumed is what the store holds: not written again.
+    absl::MutexLock lock(&plan_mu_);
+    ledger_.ModelIfNewer(&persisted_model_version_);
+  }
+  std::vector<v1::StepPlan> plans;
+  for (const DurableState::Step& step : durable.steps) {
+    plans.push_back(step.plan);
+  }
+  RETURN_IF_ERROR(window_.Restore(durable.epoch, durable.completed_steps,
+                                  std::move(plans)));
+  ResumeEvent event;
+  for (const DurableState::Step& step : durable.steps) {
+    for (const v1::TimingReport& report : step.reports) {
+      absl::StatusOr<RecordedTimings> recorded = window_.ReplayTimings(report);
+      if (!recorded.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the kept report of rank ", report.rank(), " for step ",
+            report.step(),
+            " does not fit its plan: ", recorded.status().message()));
+      }
+      TakeRecorded(*std::move(recorded));
+      ++event.reports;
+    }
+  }
+  for (const auto& [key, value] : durable.store) store_.Restore(key, value);
+  event.session_id = session_id_;
+  event.epoch = durable.epoch;
+  event.completed_steps = durable.completed_steps;
+  event.planned_steps = durable.planned_steps();
+  event.refits = durable.model.has_value() ? durable.model->refits() : 0;
+  event.store_keys = static_cast<int64_t>(durable.store.size());
+  if (options_.on_resumed) options_.on_resumed(event);
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::Persist(const state::StateRecord& record,
+                                   absl::string_view what) {
+  if (state_ == nullptr) return absl::OkStatus();
+  absl::Status written = state_->Write(record);
+  if (written.ok()) return written;
+  return absl::Status(
+      written.code(),
+      absl::StrCat("cannot make ", what, " durable: ", written.message()));
+}
+
+absl::Status ControlPlane::PersistPlan(v1::StepPlan& plan) {
+  if (state_ == nullptr) return absl::OkStatus();
+  // Swapped, not copied, through the record.
+  state::StateRecord record;
+  record.mutable_planned_step()->Swap(&plan);
+  absl::Status kept = Persist(
+      record, absl::StrCat("the plan of step ", record.planned_step().step()));
+  plan.Swap(record.mutable_planned_step());
+  return kept;
+}
+
+absl::Status ControlPlane::PersistModelIfNewer() {
+  if (state_ == nullptr) return absl::OkStatus();
+  absl::MutexLock lock(&plan_mu_);
+  std::optional<CostModel> model =
+      ledger_.ModelIfNewer(&persisted_model_version_);
+  if (!model.has_value()) return absl::OkStatus();
+  state::StateRecord record;
+  *record.mutable_model() = ModelState(*model, ledger_.refits());
+  absl::Status written = Persist(record, "the refitted cost model");
+  if (!written.ok()) window_.FailPlanning(written);
+  return written;
 }
 
 ControlPlane::ControlPlane(ControlPlaneOptions options)
@@ -146,6 +351,7 @@ ControlPlane::ControlPlane(ControlPlaneOptions options)
       limits_{options_.world_size, options_.cluster.gpus_per_node,
               options_.max_task_seconds},
       clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
+      state_(options_.state_store),
       ledger_(LedgerOptions(options_)),
       refits_(InitialModel(options_), options_.prior_weight, &ledger_,
               options_.on_refit),
@@ -218,6 +424,10 @@ absl::StatusOr<bool> ControlPlane::PlanOneStep() {
   EndProfileIfDue();
   // Before planning, so the step is planned with the refitted model.
   refits_.RunDue();
+  if (absl::Status kept = PersistModelIfNewer(); !kept.ok()) {
+    window_.WakeAll();
+    return kept;
+  }
   if (profile_.pending()) return false;
   absl::StatusOr<std::optional<PlannedStepEvent>> event;
   {
@@ -252,6 +462,12 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
     return failure;
   }
   v1::StepPlan proto = ToProto(*plan, lengths_, next->epoch);
+  const absl::Duration planning_time = clock_->Now() - start;
+  // Durable before any stream can see it.
+  if (absl::Status kept = PersistPlan(proto); !kept.ok()) {
+    window_.FailPlanning(kept);
+    return kept;
+  }
   PlannedStepEvent event;
   event.epoch = next->epoch;
   event.step = next->step;
@@ -260,7 +476,7 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
   event.tasks = proto.tasks_size();
   event.groups = proto.groups_size();
   event.predicted_seconds = proto.predicted_makespan_s();
-  event.planning_time = clock_->Now() - start;
+  event.planning_time = planning_time;
   // A drain or shutdown while planning discards the step.
   if (!window_.AddPlannedStep(std::move(proto), next->step, next->epoch)) {
     return std::nullopt;
@@ -307,18 +523,33 @@ v1::ReportAck ControlPlane::Ack(int64_t planned_steps) const {
   return ack;
 }
 
-absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
-    const v1::TimingReport& report) {
-  ASSIGN_OR_RETURN(RecordedTimings recorded, window_.RecordTimings(report));
+bool ControlPlane::TakeRecorded(RecordedTimings recorded) {
   ledger_.CountTimingReport();
   if (recorded.completed.has_value()) {
     ledger_.AddCompletedStep(*recorded.completed);
   }
   const bool refit_due = ledger_.AddObservations(
       std::move(recorded.observations), recorded.completed_steps);
+  return refit_due || recorded.completed.has_value();
+}
+
+absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
+    const v1::TimingReport& report) {
+  if (state_ != nullptr) {
+    // Durable before it counts. A retry racing this call may be written
+    // too; the state keeps one report a rank.
+    RETURN_IF_ERROR(window_.CheckTimings(report));
+    state::StateRecord record;
+    *record.mutable_report() = report;
+    RETURN_IF_ERROR(
+        Persist(record, absl::StrCat("the report of rank ", report.rank(),
+                                     " for step ", report.step())));
+  }
+  ASSIGN_OR_RETURN(RecordedTimings recorded, window_.RecordTimings(report));
+  const int64_t planned_steps = recorded.planned_steps;
   // A completed step opens the look-ahead; a due refit is the planner's.
-  if (refit_due || recorded.completed.has_value()) WakePlanner();
-  return Ack(recorded.planned_steps);
+  if (TakeRecorded(std::move(recorded))) WakePlanner();
+  return Ack(planned_steps);
 }
 
 absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
@@ -340,6 +571,14 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
 absl::Status ControlPlane::StoreSet(absl::string_view session_id,
                                     absl::string_view key,
                                     absl::string_view value) {
+  if (state_ != nullptr) {
+    // Durable before any StoreGet sees it.
+    RETURN_IF_ERROR(store_.Check(session_id, key, value));
+    state::StateRecord record;
+    record.mutable_store_set()->set_key(std::string(key));
+    record.mutable_store_set()->set_value(std::string(value));
+    RETURN_IF_ERROR(Persist(record, absl::StrCat("the store key '", key, "'")));
+  }
   return store_.Set(session_id, key, value);
 }
 
@@ -349,7 +588,12 @@ absl::StatusOr<std::vector<std::string>> ControlPlane::StoreGet(
 }
 
 int64_t ControlPlane::PurgeStoreBefore(int64_t epoch) {
-  return store_.PurgeBefore(epoch);
+  const int64_t purged = store_.PurgeBefore(epoch);
+  state::StateRecord record;
+  record.set_store_purge_before(epoch);
+  // Lost, it only brings stale keys back after a restart.
+  Persist(record, "a purge of the store").IgnoreError();
+  return purged;
 }
 
 // ------------------------------------------------------------ status, drain

@@ -25,6 +25,8 @@
 #include "scheduler/control/refit_driver.h"
 #include "scheduler/control/report_ledger.h"
 #include "scheduler/control/report_validation.h"
+#include "scheduler/control/state.pb.h"
+#include "scheduler/control/state_store.h"
 #include "scheduler/control/step_window.h"
 #include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/plan.h"
@@ -124,6 +126,13 @@ struct ControlPlaneOptions {
   /// out), on the planner thread (or the caller of `PlanAvailableSteps`),
   /// without locks held. Must be thread-safe and quick.
   std::function<void(const ProfileDoneEvent&)> on_profile_done;
+  /// Where the job's state goes so that a restart loses nothing, and what
+  /// `Start` resumes from (see the class comment); null: every start is a
+  /// new job. Not owned; must outlive the control plane.
+  StateStoreInterface* state_store = nullptr;
+  /// Called once by `Start`, on its caller's thread, when it resumed a job
+  /// from `state_store`.
+  std::function<void(const ResumeEvent&)> on_resumed;
 };
 
 /// The core of dcp-scheduler: plans steps ahead of the agents, hands each
@@ -188,15 +197,41 @@ struct ControlPlaneOptions {
 /// gradient; client_lib reports 0 unless the trainer passes its sync time)
 /// teaches nothing about it.
 ///
+/// Durable state (`state_store`): every effect that leaves the process is
+/// made durable first, so a restarted control plane on the same store
+/// serves what it served before and loses nothing it acknowledged:
+///   - a planned step, before `NextForStream` can hand it to any stream
+///     (written on the planner thread, before the window keeps it);
+///   - an accepted timing report, before `ReportTimings` returns (checked,
+///     written, then recorded: an ack, or an ALREADY_EXISTS for a retry,
+///     implies the report is durable);
+///   - a rendezvous key, before `StoreSet` returns and any `StoreGet` sees
+///     it;
+///   - the cost model after each refit, before the next step is planned.
+/// `Start` on a store holding a job checks that it is this job
+/// (`CheckSameJob`: the lengths, window, batch, seed, world and model) and
+/// resumes it: the same session id; the step builder replayed to where it
+/// was (checked against the kept plans' samples); the steps planned but not
+/// completed kept exactly as planned and their reports recorded again, so
+/// `Register` tells each rank the first step it has not reported; the cost
+/// model and the rendezvous keys restored; no start-up profile once steps
+/// were planned; `max_steps` counting the job's steps. What is not kept:
+/// registrations (agents register again), the observation, step-error
+/// and sync windows beyond the kept steps' reports, the counters, a drain.
+/// A write that fails stops planning with the error (as a planning error
+/// does) or fails the report or key it was for.
+///
 /// Thread-safe: every method may be called from any thread. Only
 /// `WaitForStop`, `AwaitPlanned`, `PlanAvailableSteps` and the destructor
 /// block or take long; everything else is short work under a part's lock.
 /// Lock order: `plan_mu_` (planning), then `StepWindow`'s, then
 /// `ProfileStage`'s (`NextForStream` asks the stage under the window's
-/// lock); `ReportLedger`'s, `KvStore`'s and `wake_mu_` are leaves,
-/// taken alone or last. No part calls another: only this class does, and
-/// it calls callbacks and wakes with no lock held. `Status()` reads each
-/// part under its own lock, so it is a snapshot of each, not of all at once.
+/// lock); `ReportLedger`'s, `KvStore`'s, the state store's (written under
+/// `plan_mu_` for plans and refits, under no lock for reports and keys) and
+/// `wake_mu_` are leaves, taken alone or last. No part calls another: only
+/// this class does, and it calls callbacks and wakes with no lock held.
+/// `Status()` reads each part under its own lock, so it is a snapshot of
+/// each, not of all at once.
 ///
 ///   ASSIGN_OR_RETURN(std::unique_ptr<ControlPlane> cp,
 ///                    ControlPlane::Start(std::move(options)));
@@ -207,7 +242,9 @@ struct ControlPlaneOptions {
 class ControlPlane {
  public:
   /// Validates `options` (INVALID_ARGUMENT names the field), builds the
-  /// step builder and planner and starts the planning thread.
+  /// step builder and planner, resumes the job in `state_store` if it holds
+  /// one (FAILED_PRECONDITION naming the field when it is another job's) or
+  /// writes this job's identity there, and starts the planning thread.
   static absl::StatusOr<std::unique_ptr<ControlPlane>> Start(
       ControlPlaneOptions options);
 
@@ -336,6 +373,27 @@ class ControlPlane {
   void AwaitWake(int64_t seen, absl::Duration timeout) const
       ABSL_LOCKS_EXCLUDED(wake_mu_);
   v1::ReportAck Ack(int64_t planned_steps) const;
+  /// Passes what an accepted report recorded to the ledger; returns whether
+  /// the planner has work now (a refit due, a step completed).
+  bool TakeRecorded(RecordedTimings recorded);
+
+  /// Builds the step builder and the planner.
+  absl::Status BuildPlanner();
+  /// Resumes the job `durable` holds (see the class comment).
+  absl::Status Resume(const DurableState& durable);
+  /// Replays the step builder through the `durable` steps planned, checking
+  /// the kept ones' samples.
+  absl::Status ReplayBuilder(const DurableState& durable);
+  /// Writes `record` to the state store (when there is one); the error
+  /// says what could not be kept.
+  absl::Status Persist(const state::StateRecord& record,
+                       absl::string_view what);
+  /// Writes a step's plan (on the planner thread, before the window keeps
+  /// it); `plan` is unchanged on return.
+  absl::Status PersistPlan(v1::StepPlan& plan);
+  /// Writes the ledger's model if it changed since last written; a failure
+  /// stops planning.
+  absl::Status PersistModelIfNewer() ABSL_LOCKS_EXCLUDED(plan_mu_);
 
   const ControlPlaneOptions options_;
   /// Views `options_.lengths`, which never moves.
@@ -344,6 +402,7 @@ class ControlPlane {
   const ReportLimits limits_;
   RealClock real_clock_;
   Clock* const clock_;
+  StateStoreInterface* const state_;
 
   // The parts; each has its own lock (see the class comment).
   ReportLedger ledger_;
@@ -356,8 +415,10 @@ class ControlPlane {
   mutable absl::Mutex plan_mu_;
   std::optional<StepBuilder> builder_ ABSL_GUARDED_BY(plan_mu_);
   std::optional<Planner> planner_ ABSL_GUARDED_BY(plan_mu_);
-  /// The version of the ledger's model the planner has.
+  /// The version of the ledger's model the planner has, and the one last
+  /// written to the state store.
   int64_t planner_model_version_ ABSL_GUARDED_BY(plan_mu_) = 0;
+  int64_t persisted_model_version_ ABSL_GUARDED_BY(plan_mu_) = 0;
 
   /// Bumped by `WakePlanner`; the planner thread waits for a change.
   mutable absl::Mutex wake_mu_;

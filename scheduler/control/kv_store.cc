@@ -23,8 +23,9 @@ std::string Printable(absl::string_view key) {
 
 KvStore::KvStore(KvStoreOptions options) : options_(std::move(options)) {}
 
-absl::Status KvStore::Set(absl::string_view session_id, absl::string_view key,
-                          absl::string_view value) {
+absl::Status KvStore::CheckKey(absl::string_view session_id,
+                               absl::string_view key,
+                               absl::string_view value) const {
   RETURN_IF_ERROR(CheckSession(session_id, options_.session_id));
   if (static_cast<int64_t>(key.size()) > options_.max_key_bytes) {
     return absl::InvalidArgumentError(
@@ -42,7 +43,11 @@ absl::Status KvStore::Set(absl::string_view session_id, absl::string_view key,
         "value of store key ", Printable(key), " has ", value.size(),
         " bytes; the limit is ", options_.max_value_bytes));
   }
-  absl::MutexLock lock(&mu_);
+  return absl::OkStatus();
+}
+
+absl::Status KvStore::CheckRoomLocked(absl::string_view key,
+                                      absl::string_view value) const {
   auto it = entries_.find(key);
   const int64_t old_bytes =
       it == entries_.end()
@@ -60,13 +65,41 @@ absl::Status KvStore::Set(absl::string_view session_id, absl::string_view key,
         "the store holds ", bytes_, " bytes; adding ", Printable(key),
         " would pass its limit of ", options_.max_total_bytes));
   }
-  bytes_ += new_bytes - old_bytes;
+  return absl::OkStatus();
+}
+
+void KvStore::PutLocked(absl::string_view key, absl::string_view value) {
+  auto it = entries_.find(key);
+  const int64_t new_bytes = static_cast<int64_t>(key.size() + value.size());
   if (it == entries_.end()) {
     entries_.emplace(std::string(key), std::string(value));
+    bytes_ += new_bytes;
   } else {
+    bytes_ +=
+        new_bytes - static_cast<int64_t>(it->first.size() + it->second.size());
     it->second.assign(value.data(), value.size());
   }
+}
+
+absl::Status KvStore::Set(absl::string_view session_id, absl::string_view key,
+                          absl::string_view value) {
+  RETURN_IF_ERROR(CheckKey(session_id, key, value));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRoomLocked(key, value));
+  PutLocked(key, value);
   return absl::OkStatus();
+}
+
+absl::Status KvStore::Check(absl::string_view session_id, absl::string_view key,
+                            absl::string_view value) const {
+  RETURN_IF_ERROR(CheckKey(session_id, key, value));
+  absl::MutexLock lock(&mu_);
+  return CheckRoomLocked(key, value);
+}
+
+void KvStore::Restore(const std::string& key, const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  PutLocked(key, value);
 }
 
 absl::StatusOr<std::vector<std::string>> KvStore::Get(

@@ -51,6 +51,15 @@ class KvStore {
   absl::Status Set(absl::string_view session_id, absl::string_view key,
                    absl::string_view value) ABSL_LOCKS_EXCLUDED(mu_);
 
+  /// What `Set` would answer, without setting anything (the control plane
+  /// makes a key durable between the two).
+  absl::Status Check(absl::string_view session_id, absl::string_view key,
+                     absl::string_view value) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Sets `key` as it was before a restart, with no check.
+  void Restore(const std::string& key, const std::string& value)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   /// The values of `keys`, in order; NOT_FOUND naming the first missing key
   /// (callers poll). FAILED_PRECONDITION for another session's id.
   absl::StatusOr<std::vector<std::string>> Get(
@@ -69,6 +78,16 @@ class KvStore {
   Usage usage() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  /// The checks of `Set` that need no lock.
+  absl::Status CheckKey(absl::string_view session_id, absl::string_view key,
+                        absl::string_view value) const;
+  /// The limits' checks, against what is held now.
+  absl::Status CheckRoomLocked(absl::string_view key,
+                               absl::string_view value) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PutLocked(absl::string_view key, absl::string_view value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const KvStoreOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::string, std::less<>> entries_ ABSL_GUARDED_BY(mu_);

@@ -131,6 +131,23 @@ std::optional<CostModel> ReportLedger::ModelIfNewer(int64_t* version) const {
   return model_;
 }
 
+void ReportLedger::RestoreModel(CostModel model, int64_t refits) {
+  absl::MutexLock lock(&mu_);
+  model_ = std::move(model);
+  ++model_version_;
+  refits_ = refits;
+  observation_error_sum_ = 0;
+  for (size_t i = 0; i < observations_.size(); ++i) {
+    observation_errors_[i] = RelativeError(observations_[i]);
+    observation_error_sum_ += observation_errors_[i];
+  }
+}
+
+int64_t ReportLedger::refits() const {
+  absl::MutexLock lock(&mu_);
+  return refits_;
+}
+
 double ReportLedger::RelativeError(const TaskObservation& o) const {
   const double predicted =
       model_.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);

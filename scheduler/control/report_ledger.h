@@ -117,6 +117,13 @@ class ReportLedger {
   std::optional<CostModel> ModelIfNewer(int64_t* version) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  /// Makes `model` current as the result of `refits` refits (a restart
+  /// resuming the model it had); planners see a new version.
+  void RestoreModel(CostModel model, int64_t refits) ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Refits installed so far.
+  int64_t refits() const ABSL_LOCKS_EXCLUDED(mu_);
+
   /// Mean relative error of the current model on the observation window.
   double ModelError() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t observations() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -71,10 +71,11 @@ absl::Status CheckTaskTiming(absl::string_view who, int rank,
                    absl::StrJoin(task.ranks(), ","), "], not on rank ", rank);
   }
   if (seen[index]) return Invalid(who, "task ", index, " is reported twice");
-  if (!(timing.seconds() > 0) ||
+  if (!(timing.seconds() >= limits.min_task_seconds) ||
       !SaneSeconds(timing.seconds(), limits.max_seconds)) {
     return Invalid(who, "task ", index, ": seconds ", timing.seconds(),
-                   " is not finite in (0, ", limits.max_seconds, "]");
+                   " is not finite in [", limits.min_task_seconds, ", ",
+                   limits.max_seconds, "]");
   }
   if (timing.group_size() != 0 && timing.group_size() != task.ranks_size()) {
     return Invalid(who, "task ", index, " ran with group size ",
@@ -184,9 +185,10 @@ absl::StatusOr<std::vector<TaskObservation>> ValidateProfileReport(
     if (!(e.recompute() >= 0 && e.recompute() <= 1)) {
       return Invalid(entry, "recompute ", e.recompute(), " is not in [0, 1]");
     }
-    if (!(e.seconds() > 0) || !SaneSeconds(e.seconds(), limits.max_seconds)) {
-      return Invalid(entry, "seconds ", e.seconds(), " is not finite in (0, ",
-                     limits.max_seconds, "]");
+    if (!(e.seconds() >= limits.min_task_seconds) ||
+        !SaneSeconds(e.seconds(), limits.max_seconds)) {
+      return Invalid(entry, "seconds ", e.seconds(), " is not finite in [",
+                     limits.min_task_seconds, ", ", limits.max_seconds, "]");
     }
     if (e.memory_bytes() < 0) {
       return Invalid(entry, "memory_bytes ", e.memory_bytes(), " is negative");

@@ -25,6 +25,10 @@ struct ReportLimits {
   int gpus_per_node = 8;
   /// Reported task, sync and profile times above this are nonsense.
   double max_seconds = 24 * 3600.0;
+  /// Task and profile times below this are nonsense too: the relative error
+  /// of a prediction for one can overflow to infinity, after which no refit
+  /// could improve on the model (see `kMinTaskSeconds`).
+  double min_task_seconds = kMinTaskSeconds;
 };
 
 /// What the step window knows of a timing report's step and sender.

@@ -204,25 +204,58 @@ void StepWindow::CloseStream(int64_t stream_id) {
 
 // ------------------------------------------------------------------ reports
 
-absl::StatusOr<RecordedTimings> StepWindow::RecordTimings(
-    const v1::TimingReport& report) {
-  RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
+const StepWindow::StepRecord* StepWindow::KeptLocked(int64_t step) const {
+  if (step < completed_steps_ || step >= planned_steps_) return nullptr;
+  return &window_[step - completed_steps_];
+}
+
+StepWindow::StepRecord* StepWindow::KeptLocked(int64_t step) {
+  if (step < completed_steps_ || step >= planned_steps_) return nullptr;
+  return &window_[step - completed_steps_];
+}
+
+absl::StatusOr<AcceptedTimings> StepWindow::ValidateLocked(
+    const v1::TimingReport& report, const StepRecord* record,
+    bool replay) const {
   const int rank = report.rank();
-  absl::MutexLock lock(&mu_);
   KnownStep known;
-  known.registered = ranks_[rank].registered;
+  known.registered = replay || ranks_[rank].registered;
   known.epoch = epoch_;
   known.planned_steps = planned_steps_;
   known.completed_steps = completed_steps_;
-  StepRecord* record = nullptr;
-  if (report.step() >= completed_steps_ && report.step() < planned_steps_) {
-    record = &window_[report.step() - completed_steps_];
+  if (record != nullptr) {
     known.plan = &record->plan;
     known.rank_tasks = record->updates[rank]->step().tasks_size();
     known.already_reported = record->reported[rank];
   }
+  return ValidateTimingReport(report, known, limits_);
+}
+
+absl::Status StepWindow::CheckTimings(const v1::TimingReport& report) const {
+  RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
+  absl::MutexLock lock(&mu_);
+  return ValidateLocked(report, KeptLocked(report.step()), /*replay=*/false)
+      .status();
+}
+
+absl::StatusOr<RecordedTimings> StepWindow::RecordTimings(
+    const v1::TimingReport& report) {
+  return Record(report, /*replay=*/false);
+}
+
+absl::StatusOr<RecordedTimings> StepWindow::ReplayTimings(
+    const v1::TimingReport& report) {
+  return Record(report, /*replay=*/true);
+}
+
+absl::StatusOr<RecordedTimings> StepWindow::Record(
+    const v1::TimingReport& report, bool replay) {
+  RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
+  const int rank = report.rank();
+  absl::MutexLock lock(&mu_);
+  StepRecord* record = KeptLocked(report.step());
   ASSIGN_OR_RETURN(AcceptedTimings accepted,
-                   ValidateTimingReport(report, known, limits_));
+                   ValidateLocked(report, record, replay));
   Accept(*record, rank, report.step(), accepted);
 
   RecordedTimings recorded;
@@ -322,6 +355,33 @@ bool StepWindow::AddPlannedStep(v1::StepPlan plan, int64_t step,
     draining_ = true;
   }
   return true;
+}
+
+absl::Status StepWindow::Restore(int64_t epoch, int64_t completed_steps,
+                                 std::vector<v1::StepPlan> plans) {
+  std::deque<StepRecord> records;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const int64_t step = completed_steps + static_cast<int64_t>(i);
+    if (plans[i].step() != step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restoring step ", step, " from the plan of step ", plans[i].step()));
+    }
+    const int64_t plan_epoch = plans[i].epoch();
+    records.push_back(MakeRecord(std::move(plans[i]), plan_epoch));
+  }
+  absl::MutexLock lock(&mu_);
+  if (planned_steps_ != 0 || !streams_.empty()) {
+    return absl::FailedPreconditionError(
+        "the step window can only be restored before it is used");
+  }
+  completed_steps_ = completed_steps;
+  planned_steps_ = completed_steps + static_cast<int64_t>(records.size());
+  window_ = std::move(records);
+  epoch_ = epoch;
+  if (options_.max_steps > 0 && planned_steps_ >= options_.max_steps) {
+    draining_ = true;
+  }
+  return absl::OkStatus();
 }
 
 void StepWindow::FailPlanning(absl::Status error) {

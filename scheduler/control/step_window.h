@@ -137,6 +137,25 @@ class StepWindow {
   absl::StatusOr<RecordedTimings> RecordTimings(const v1::TimingReport& report)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  /// What `RecordTimings` would answer, without recording anything (the
+  /// control plane makes a report durable between the two).
+  absl::Status CheckTimings(const v1::TimingReport& report) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Resumes from a durable state, before any registration: `epoch`
+  /// current, steps [0, completed_steps) completed, `plans` the steps after
+  /// them, in order (as planned: prefixes are filled here). Drains at once
+  /// when the plans reach `max_steps`. FAILED_PRECONDITION once anything was
+  /// planned or a stream opened.
+  absl::Status Restore(int64_t epoch, int64_t completed_steps,
+                       std::vector<v1::StepPlan> plans)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Records a report accepted before a restart (`Restore` first): as
+  /// `RecordTimings`, but the sender need not have registered.
+  absl::StatusOr<RecordedTimings> ReplayTimings(const v1::TimingReport& report)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   /// FAILED_PRECONDITION unless `rank` registered and `epoch` is current;
   /// then notes that the rank was seen. For profile reports.
   absl::Status CheckProfileSender(int rank, int64_t epoch)
@@ -226,6 +245,18 @@ class StepWindow {
   /// Ends the open stream of `rank`, if any; returns its wake.
   std::shared_ptr<std::function<void()>> CloseRankStream(
       int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// `report` checked against the window (`record` its kept step, or
+  /// null); a replayed report's sender counts as registered.
+  absl::StatusOr<AcceptedTimings> ValidateLocked(const v1::TimingReport& report,
+                                                 const StepRecord* record,
+                                                 bool replay) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// The kept step `step`, or null.
+  StepRecord* KeptLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const StepRecord* KeptLocked(int64_t step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RecordedTimings> Record(const v1::TimingReport& report,
+                                         bool replay) ABSL_LOCKS_EXCLUDED(mu_);
   /// Takes `record`'s rank `rank` report, accepted as `accepted`.
   void Accept(StepRecord& record, int rank, int64_t step,
               const AcceptedTimings& accepted)

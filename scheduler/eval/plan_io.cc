@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -202,6 +203,10 @@ absl::Status ParseTask(const Json& object, const std::string& where,
 }
 
 absl::StatusOr<StepPlan> ParseStepPlanJsonLine(absl::string_view line) {
+  if (absl::Status depth = CheckJsonDepth(line); !depth.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed JSON: ", depth.message()));
+  }
   Json root;
   try {
     root = Json::parse(line.begin(), line.end());

@@ -198,6 +198,17 @@ TEST(StepPlanJsonTest, RejectsBadLinesSayingWhatIsWrong) {
   }
 }
 
+// Found by //fuzz:plan_file_fuzzer: quoting a value this deep in the error
+// message overflowed the stack.
+TEST(StepPlanJsonTest, RejectsDeeplyNestedLines) {
+  const int depth = 100000;
+  absl::StatusOr<StepPlan> plan = ParseStepPlanJsonLine(
+      R"({"step": )" + std::string(depth, '[') + std::string(depth, ']') + "}");
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("malformed JSON: nested more than 512 levels deep"));
+}
+
 TEST(PlanFileTest, WriterAndReaderRoundTrip) {
   const std::string path = TempPath("round_trip.jsonl");
   std::vector<StepPlan> plans;

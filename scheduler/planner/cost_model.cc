@@ -242,7 +242,10 @@ bool SolveWeightedAboveFloor(const RelativeSystem& s,
     if (lowest < 0) return true;
     pinned[lowest] = true;
   }
-  return true;  // every delta pinned at the floor
+  // Every round pinned one more: all are pinned now, at the floor (the last
+  // one still holds the value it was solved to, below the floor).
+  delta.fill(kDeltaFloor);
+  return true;
 }
 
 // Iteratively reweighted least squares for `Objective`: each round solves
@@ -457,12 +460,15 @@ absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
     if (!absl::SimpleAtoi(f[3], &intra) || (intra != 0 && intra != 1)) {
       return bad(absl::StrCat("intra_node must be 0 or 1, got '", f[3], "'"));
     }
-    if (!absl::SimpleAtod(f[4], &o.seconds) || !(o.seconds > 0)) {
-      return bad(absl::StrCat("seconds must be positive, got '", f[4], "'"));
+    if (!absl::SimpleAtod(f[4], &o.seconds) ||
+        !(o.seconds >= kMinTaskSeconds) || !std::isfinite(o.seconds)) {
+      return bad(absl::StrCat("seconds must be finite and at least ",
+                              kMinTaskSeconds, ", got '", f[4], "'"));
     }
-    if (!absl::SimpleAtod(f[5], &o.memory_bytes) || !(o.memory_bytes >= 0)) {
-      return bad(
-          absl::StrCat("memory_bytes must be non-negative, got '", f[5], "'"));
+    if (!absl::SimpleAtod(f[5], &o.memory_bytes) || !(o.memory_bytes >= 0) ||
+        !std::isfinite(o.memory_bytes)) {
+      return bad(absl::StrCat(
+          "memory_bytes must be finite and non-negative, got '", f[5], "'"));
     }
     o.intra_node = intra == 1;
     o.lengths = {length};

@@ -23,6 +23,12 @@ struct TaskObservation {
   double memory_bytes = 0;
 };
 
+/// The shortest task time a profile or a timing report may claim (a
+/// nanosecond; no task runs faster). The relative error of a prediction for
+/// a shorter one can overflow to infinity, and a fit to it can zero every
+/// time coefficient.
+inline constexpr double kMinTaskSeconds = 1e-9;
+
 /// The planner's own cost model: the analytic form of the reference model
 /// (docs/COST_MODEL.md) with coefficients that are fitted, not assumed.
 ///
@@ -146,7 +152,9 @@ class CostModel {
 
 /// Parses a profile table: CSV with the header
 /// `length,group_size,recompute,intra_node,seconds,memory_bytes` (one task of
-/// one sequence per row; `#` starts a comment line). Errors name the line.
+/// one sequence per row; `#` starts a comment line). Seconds must be finite
+/// and at least `kMinTaskSeconds`, memory finite and non-negative. Errors
+/// name the line.
 absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
     absl::string_view text, absl::string_view source_name);
 

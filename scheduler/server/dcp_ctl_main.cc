@@ -4,9 +4,15 @@
 //   dcp-ctl --scheduler=127.0.0.1:50051 --json status
 //   dcp-ctl --scheduler=127.0.0.1:50051 drain   # stop planning, keep serving
 //   dcp-ctl --scheduler=127.0.0.1:50051 stop    # drain, then exit
+//   dcp-ctl --scheduler=10.0.0.1:50051 --tls_ca=ca.crt --tls_cert=ctl.crt
+//     --tls_key=ctl.key --job_id=run-7 status  # a scheduler with mutual TLS
+//
+// Takes the security flags of the agent (common/security_flags.h):
+// plaintext only to loopback unless --insecure.
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,12 +23,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/grpc_credentials.h"
 #include "common/grpc_status.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "proto/scheduler_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051",
@@ -103,8 +109,11 @@ absl::Status Run(const std::string& command) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown command '", command, "': expected status, drain or stop"));
   }
-  auto stub = v1::Scheduler::NewStub(grpc::CreateChannel(
-      absl::GetFlag(FLAGS_scheduler), grpc::InsecureChannelCredentials()));
+  const SecurityOptions security = SecurityOptionsFromFlags();
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::Channel> channel,
+      CreateSecureChannel(absl::GetFlag(FLAGS_scheduler), security));
+  auto stub = v1::Scheduler::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(
       std::chrono::system_clock::now() +
@@ -113,8 +122,9 @@ absl::Status Run(const std::string& command) {
 
   if (command == "status") {
     v1::StatusResponse status;
-    RETURN_IF_ERROR(FromGrpcStatus(
-        stub->GetStatus(&context, v1::StatusRequest(), &status)));
+    RETURN_IF_ERROR(WithConnectionHint(
+        FromGrpcStatus(stub->GetStatus(&context, v1::StatusRequest(), &status)),
+        security));
     if (json) {
       ASSIGN_OR_RETURN(std::string text, ToJson(status));
       std::printf("%s", text.c_str());
@@ -127,7 +137,8 @@ absl::Status Run(const std::string& command) {
   v1::DrainRequest request;
   request.set_stop(command == "stop");
   v1::DrainResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub->Drain(&context, request, &response)));
+  RETURN_IF_ERROR(WithConnectionHint(
+      FromGrpcStatus(stub->Drain(&context, request, &response)), security));
   if (json) {
     ASSIGN_OR_RETURN(std::string text, ToJson(response));
     std::printf("%s", text.c_str());
@@ -149,7 +160,9 @@ absl::Status Run(const std::string& command) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Controls a running dcp-scheduler.\n"
-      "  dcp-ctl --scheduler=HOST:PORT [--json] status|drain|stop");
+      "  dcp-ctl --scheduler=HOST:PORT [--json] status|drain|stop\n"
+      "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
+      "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr,

@@ -6,13 +6,27 @@
 //     --world_size=32 --window=131072 --tokens_per_step=2097152
 //     --listen=0.0.0.0:50051 --port_file=/tmp/dcp.port
 //     --metrics_listen=0.0.0.0:9464
+//     --tls_cert=scheduler.crt --tls_key=scheduler.key --tls_ca=ca.crt
+//     --job_id=run-7
+//
+// The gRPC port is plaintext only on loopback (or with --insecure); give
+// --tls_cert/--tls_key for TLS, and --tls_ca for mutual TLS (agents and
+// dcp-ctl must present a certificate that CA signed). --auth_token_file
+// requires a bearer token on every request, --job_id that every request
+// names this job (common/security_flags.h has the flags).
 //
 // Prometheus metrics (dcp_scheduler_*, listed in README.md) are served on
 // http://<--metrics_listen>/metrics.
 //
 // SIGINT/SIGTERM drain and stop (the daemon exits once every plan stream has
 // ended); a second signal exits at once.
+//
+// With --state_dir=DIR the job survives the daemon: plans, accepted reports,
+// refits and rendezvous keys are fsync'd there before they take effect, and
+// a daemon restarted on DIR (with the job's flags) resumes the job in the
+// same session (README.md, "Durable state").
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -31,11 +45,13 @@
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
 #include "common/model_spec.h"
+#include "common/security_flags.h"
 #include "common/signal_watcher.h"
 #include "common/status_macros.h"
 #include "scheduler/cli/job_config.h"
 #include "scheduler/cli/job_flags.h"
 #include "scheduler/control/control_plane.h"
+#include "scheduler/control/file_state_store.h"
 #include "scheduler/planner/cost_model.h"
 #include "scheduler/server/scheduler_metrics.h"
 #include "scheduler/server/scheduler_server.h"
@@ -70,7 +86,8 @@ ABSL_FLAG(double, prior_weight, 1.0,
           "Pseudo-observations pulling each coefficient towards the initial "
           "model in a refit.");
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
-          "host:port to serve on; port 0 picks a free port.");
+          "host:port to serve on; port 0 picks a free port. Without "
+          "--tls_cert, an address other than loopback needs --insecure.");
 ABSL_FLAG(std::string, port_file, "",
           "Write the bound port to this file once serving (for scripts).");
 ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
@@ -85,6 +102,12 @@ ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
           "metrics; any other address that cannot be bound is an error.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "Write the bound metrics port to this file once serving.");
+ABSL_FLAG(std::string, state_dir, "",
+          "Directory of the job's durable state (created if missing): plans, "
+          "accepted reports, refits and rendezvous keys, each fsync'd "
+          "before it takes effect. A scheduler restarted on it resumes the "
+          "job (same session; steps planned but not completed are served "
+          "again as planned). Empty: nothing survives a restart.");
 ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
           "After a stop, how long to wait for plan streams to end.");
 
@@ -138,10 +161,70 @@ void LogProfileDone(const ProfileDoneEvent& e) {
   }
 }
 
+/// Logs requests refused for their token or job id: the first 20, then
+/// one in 1000, so that a stranger hammering the port cannot flood the log.
+void LogRefused(absl::string_view method, const absl::Status& status) {
+  static std::atomic<int64_t> refused{0};
+  const int64_t n = ++refused;
+  if (n > 20 && n % 1000 != 0) return;
+  std::fprintf(stderr, "%s refused a %s request (%lld so far): %s\n",
+               Now().c_str(), std::string(method).c_str(),
+               static_cast<long long>(n), status.ToString().c_str());
+}
+
+void LogResumed(const ResumeEvent& e) {
+  std::fprintf(
+      stderr,
+      "%s dcp-scheduler: resumed session %s (epoch %lld): steps "
+      "[0, %lld) completed, [%lld, %lld) served again as planned "
+      "(%lld of their reports kept), the cost model after %lld "
+      "refits, %lld rendezvous keys\n",
+      Now().c_str(), e.session_id.c_str(), static_cast<long long>(e.epoch),
+      static_cast<long long>(e.completed_steps),
+      static_cast<long long>(e.completed_steps),
+      static_cast<long long>(e.planned_steps),
+      static_cast<long long>(e.reports), static_cast<long long>(e.refits),
+      static_cast<long long>(e.store_keys));
+}
+
+/// The store of --state_dir, and what opening it found, logged; null (and
+/// a note that a restart starts over) without the flag.
+absl::StatusOr<std::unique_ptr<FileStateStore>> OpenStateDir() {
+  const std::string dir = absl::GetFlag(FLAGS_state_dir);
+  if (dir.empty()) {
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: no --state_dir: the job's state lives in "
+                 "memory only, and a restart of this scheduler starts the "
+                 "job over (a new session the running agents cannot join)\n",
+                 Now().c_str());
+    return nullptr;
+  }
+  FileStateStoreOptions options;
+  options.dir = dir;
+  ASSIGN_OR_RETURN(std::unique_ptr<FileStateStore> store,
+                   FileStateStore::Open(options));
+  const StateRecovery& found = store->recovery();
+  const std::string what =
+      found.existed ? absl::StrCat(found.records, " records read") : "new";
+  std::fprintf(stderr, "%s dcp-scheduler: state in %s: %s\n", Now().c_str(),
+               dir.c_str(), what.c_str());
+  if (found.dropped_bytes > 0) {
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: warning: cut off the last %lld bytes of "
+                 "%s, not trusted: %s\n",
+                 Now().c_str(), static_cast<long long>(found.dropped_bytes),
+                 FileStateStore::LogPath(dir).c_str(),
+                 found.tail_problem.c_str());
+  }
+  return store;
+}
+
 absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   const JobConfig job = JobConfigFromFlags();
   SchedulerServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.security = SecurityOptionsFromFlags();
+  options.on_refused = LogRefused;
   options.stop_grace = absl::GetFlag(FLAGS_stop_grace);
   options.fanout_threads = absl::GetFlag(FLAGS_fanout_threads);
   ControlPlaneOptions& cp = options.control_plane;
@@ -172,6 +255,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.on_step_planned = LogStep;
   cp.on_refit = LogRefit;
   cp.on_profile_done = LogProfileDone;
+  cp.on_resumed = LogResumed;
   return options;
 }
 
@@ -206,6 +290,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
 
 absl::Status Run() {
   ASSIGN_OR_RETURN(SchedulerServerOptions options, OptionsFromFlags());
+  // Outlives the server, whose control plane writes to it.
+  ASSIGN_OR_RETURN(std::unique_ptr<FileStateStore> state, OpenStateDir());
+  options.control_plane.state_store = state.get();
   const int64_t samples =
       static_cast<int64_t>(options.control_plane.lengths.size());
   const std::string model = options.control_plane.model.name;
@@ -229,11 +316,11 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
                    SchedulerServer::Start(std::move(options)));
   std::fprintf(stderr,
-               "%s dcp-scheduler: session %s, listening on %s; %s on %d "
-               "ranks, %lld samples\n",
+               "%s dcp-scheduler: session %s, listening on %s (%s); %s on "
+               "%d ranks, %lld samples\n",
                Now().c_str(), server->control_plane().session_id().c_str(),
-               server->address().c_str(), model.c_str(), world,
-               static_cast<long long>(samples));
+               server->address().c_str(), server->security().c_str(),
+               model.c_str(), world, static_cast<long long>(samples));
   if (metrics != nullptr) {
     SchedulerServer* srv = server.get();
     metrics->SetStatusSource([srv] { return srv->control_plane().Status(); });
@@ -287,7 +374,10 @@ int main(int argc, char** argv) {
       "--window=TOKENS\n"
       "    --tokens_per_step=T --listen=HOST:PORT [--port_file=FILE] "
       "[--max_steps=S]\n"
-      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]");
+      "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE] "
+      "[--state_dir=DIR]\n"
+      "    [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]] "
+      "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with the mutex deadlock detector on: it
   // records every lock order in a global graph, a few % of the scheduler's

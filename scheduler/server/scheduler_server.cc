@@ -1,16 +1,22 @@
 #include "scheduler/server/scheduler_server.h"
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_credentials.h"
 #include "common/status_macros.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "scheduler/server/guarded_scheduler_service.h"
 #include "scheduler/server/scheduler_service.h"
 
 namespace dcp {
@@ -18,6 +24,9 @@ namespace {
 
 using RpcDoneCallback =
     std::function<void(absl::string_view, absl::StatusCode)>;
+
+/// The readiness names of the health service, besides "".
+constexpr char kSchedulerHealthService[] = "dcp.v1.Scheduler";
 
 /// Reports the status a unary RPC ends with to `SchedulerServerOptions::
 /// on_rpc_done`; one per RPC.
@@ -54,8 +63,10 @@ class RpcDoneInterceptorFactory final
     if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) {
       return nullptr;
     }
-    // "/dcp.v1.Scheduler/ReportTimings" -> "ReportTimings".
+    // So are health checks: a probe every few seconds is no scheduler RPC.
     const absl::string_view full = info->method();
+    if (absl::StartsWith(full, "/grpc.health.v1.Health/")) return nullptr;
+    // "/dcp.v1.Scheduler/ReportTimings" -> "ReportTimings".
     const size_t slash = full.rfind('/');
     return new RpcDoneInterceptor(
         std::string(slash == absl::string_view::npos ? full
@@ -95,6 +106,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (options.control_plane.max_message_bytes > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("max_message_bytes must be <= 1 GiB");
   }
+  // Before anything starts: bad security options or files fail at once.
+  ASSIGN_OR_RETURN(ServerSecurity security,
+                   MakeServerSecurity(options.security, options.listen_address));
   ControlPlaneOptions cp_options = std::move(options.control_plane);
   options.control_plane = ControlPlaneOptions();
   const int max_message_bytes = static_cast<int>(cp_options.max_message_bytes);
@@ -102,11 +116,19 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                    ControlPlane::Start(std::move(cp_options)));
   std::unique_ptr<SchedulerServer> server(
       new SchedulerServer(std::move(options), std::move(control_plane)));
+  server->security_ = security.description;
+  server->guarded_ = std::make_unique<GuardedSchedulerService>(
+      server->service_.get(), std::move(security.authenticator),
+      server->options_.on_refused);
 
+  // libgrpc++'s health service (grpc.health.v1.Health) in every server
+  // built from here on: a process-wide switch, and the only way to it, as
+  // the service's class is not in the installed headers.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->options_.listen_address,
-                           grpc::InsecureServerCredentials(), &server->port_);
-  builder.RegisterService(server->service_.get());
+                           security.credentials, &server->port_);
+  builder.RegisterService(server->guarded_.get());
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   // A second scheduler on a fixed port must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -128,11 +150,36 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->control_plane_->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", server->options_.listen_address,
-                     "' (address in use or not local?)"));
+    const bool tls = !server->options_.security.tls_cert.empty();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", server->options_.listen_address,
+        "' (address in use or not local?", tls ?
+        " Or the TLS certificate and key do not load: is --tls_key the key "
+        "of --tls_cert?)" : ")"));
   }
+  RETURN_IF_ERROR(server->StartHealth());
   return server;
+}
+
+absl::Status SchedulerServer::StartHealth() {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) {
+    return absl::InternalError("the gRPC server has no health service");
+  }
+  health->SetServingStatus("", true);
+  health->SetServingStatus(kSchedulerHealthService, true);
+  health->SetServingStatus(kLivenessHealthService, true);
+  health_watcher_ = std::thread([this, health] {
+    // Returns once planning can go no further: a drain or stop was asked
+    // for, the last of `max_steps` was planned, planning failed, or the
+    // control plane shut down. A resumed job that is already drained
+    // returns at once.
+    control_plane_->AwaitPlanned(std::numeric_limits<int64_t>::max(),
+                                 absl::InfiniteDuration());
+    health->SetServingStatus("", false);
+    health->SetServingStatus(kSchedulerHealthService, false);
+  });
+  return absl::OkStatus();
 }
 
 SchedulerServer::SchedulerServer(SchedulerServerOptions options,
@@ -164,6 +211,9 @@ void SchedulerServer::Shutdown() {
   // Ends the plan and report streams first: gRPC's Shutdown waits for open
   // calls.
   control_plane_->Shutdown();
+  // Woken by the control plane's shutdown; done before the gRPC server
+  // (and its health service) goes.
+  if (health_watcher_.joinable()) health_watcher_.join();
   service_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +

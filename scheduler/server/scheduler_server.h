@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -11,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/security_options.h"
 #include "scheduler/control/control_plane.h"
 
 namespace grpc {
@@ -19,12 +21,29 @@ class Server;
 
 namespace dcp {
 
+class GuardedSchedulerService;
 class SchedulerService;
+
+/// The health service name (grpc.health.v1.Health) that stays SERVING for
+/// as long as the server runs, drain or not: what a liveness probe asks
+/// for. "" and "dcp.v1.Scheduler" are the readiness names; see
+/// `SchedulerServer`.
+inline constexpr char kLivenessHealthService[] = "liveness";
 
 /// Configuration of a `SchedulerServer`.
 struct SchedulerServerOptions {
   /// Where to listen, "host:port"; port 0 picks a free port (see `port()`).
   std::string listen_address = "127.0.0.1:0";
+  /// How the port is secured (common/security_options.h): TLS or mutual
+  /// TLS, a bearer token and a job id that every request must carry. The
+  /// default, plaintext, is only allowed on a loopback `listen_address`
+  /// (else `insecure`).
+  SecurityOptions security;
+  /// Called for each request refused for its token or job id, with the
+  /// method's short name and the refusal, for logs; on gRPC threads: quick,
+  /// thread-safe, never blocking. May be empty.
+  std::function<void(absl::string_view method, const absl::Status& status)>
+      on_refused;
   /// The control plane it serves. Its `max_message_bytes` also bounds the
   /// messages the server accepts.
   ControlPlaneOptions control_plane;
@@ -62,12 +81,28 @@ struct SchedulerServerOptions {
 ///   server->Wait();      // until `dcp-ctl stop` has drained every stream
 ///   server->Shutdown();
 ///
+/// It also serves the standard gRPC health checking protocol
+/// (grpc.health.v1.Health, libgrpc++'s default service, which Kubernetes'
+/// `grpc:` probes call), without the token and job id check: the answers
+/// say no more than whether the port takes work. The service names:
+///   - "" and "dcp.v1.Scheduler" (readiness): SERVING from the moment the
+///     server listens, which is before the start-up profile (agents must
+///     register to answer it) and after a resumed job is loaded;
+///     NOT_SERVING once a drain or stop was asked for (dcp-ctl, a signal,
+///     the `max_steps`th step planned) or planning failed, and after
+///     `Shutdown`. Open plan streams go on delivering meanwhile.
+///   - `kLivenessHealthService`: SERVING until `Shutdown`.
+/// Any other name is NOT_FOUND.
+///
 /// Thread-safe. Owns the control plane and the gRPC server; the destructor
 /// shuts down. Its header carries no gRPC types.
 class SchedulerServer {
  public:
   /// Starts the control plane and the gRPC server. INVALID_ARGUMENT for
-  /// bad options, UNAVAILABLE when the address cannot be bound.
+  /// bad options (plaintext on a non-loopback address without
+  /// `security.insecure` among them), NOT_FOUND for a certificate, key or
+  /// token file that cannot be read, UNAVAILABLE when the address cannot be
+  /// bound.
   static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(
       SchedulerServerOptions options);
 
@@ -80,6 +115,9 @@ class SchedulerServer {
   /// The listen address with the bound port, e.g. "127.0.0.1:40123".
   std::string address() const;
   ControlPlane& control_plane() { return *control_plane_; }
+  /// How the port is secured, for logs, e.g. "mutual TLS, bearer token, job
+  /// 'a'" or "plaintext (loopback)".
+  const std::string& security() const { return security_; }
 
   /// Blocks until the daemon should exit: a Drain with stop has ended every
   /// plan stream (or `stop_grace` passed since the stop), or `Shutdown` was
@@ -95,13 +133,24 @@ class SchedulerServer {
   SchedulerServer(SchedulerServerOptions options,
                   std::unique_ptr<ControlPlane> control_plane);
 
+  /// Marks the health service names SERVING and starts `health_watcher_`.
+  absl::Status StartHealth();
+
   const SchedulerServerOptions options_;
   int port_ = 0;
+  std::string security_;
   // Destroyed in reverse order: the gRPC server (whose calls use the
-  // service and the control plane) first.
+  // services and the control plane) first.
   std::unique_ptr<ControlPlane> control_plane_;
   std::unique_ptr<SchedulerService> service_;
+  /// What the gRPC server serves: `service_` behind the token and job id
+  /// check.
+  std::unique_ptr<GuardedSchedulerService> guarded_;
   std::unique_ptr<grpc::Server> server_;
+  /// Waits for the drain (or stop, planning error, shutdown) and turns the
+  /// readiness names NOT_SERVING; joined by `Shutdown` before the gRPC
+  /// server stops.
+  std::thread health_watcher_;
 
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

@@ -20,6 +20,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/planner/plan_proto.h"
 #include "scheduler/eval/simulator.h"
@@ -562,6 +563,122 @@ TEST_F(SchedulerServerTest, BadOptionsAndBusyPortsFail) {
   o.listen_address = server_->address();
   EXPECT_EQ(SchedulerServer::Start(std::move(o)).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// ------------------------------------------------------------ health
+
+using HealthStatus = grpc::health::v1::HealthCheckResponse;
+
+/// One Check of `service` over the wire: its status, or the call's error.
+absl::StatusOr<HealthStatus::ServingStatus> CheckHealth(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  HealthStatus response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  const grpc::Status s = grpc::health::v1::Health::NewStub(channel)->Check(
+      &context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response.status();
+}
+
+/// A Watch of the readiness name "": each status the server sends, in order.
+class HealthWatch {
+ public:
+  explicit HealthWatch(const std::shared_ptr<grpc::Channel>& channel)
+      : stub_(grpc::health::v1::Health::NewStub(channel)) {
+    SetDeadline(context_);
+    reader_ = stub_->Watch(&context_, grpc::health::v1::HealthCheckRequest());
+  }
+  ~HealthWatch() {
+    context_.TryCancel();
+    reader_->Finish();  // CANCELLED, or how the server ended it
+  }
+
+  /// The next status sent; UNKNOWN when the stream ended.
+  HealthStatus::ServingStatus Next() {
+    HealthStatus response;
+    return reader_->Read(&response) ? response.status()
+                                    : HealthStatus::UNKNOWN;
+  }
+
+ private:
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<HealthStatus>> reader_;
+};
+
+TEST_F(SchedulerServerTest, HealthIsServingUntilDrainedAndLivenessAfter) {
+  SchedulerServerOptions o = Options();
+  // The profile stage holds planning back: no agent answers it here, so
+  // nothing is planned and the server is ready all the same.
+  o.control_plane.profile_at_start = true;
+  absl::Mutex mu;
+  std::vector<std::string> intercepted;
+  o.on_rpc_done = [&](absl::string_view method, absl::StatusCode) {
+    absl::MutexLock lock(&mu);
+    intercepted.emplace_back(method);
+  };
+  StartServer(std::move(o));
+
+  for (const std::string service :
+       {"", "dcp.v1.Scheduler", kLivenessHealthService}) {
+    SCOPED_TRACE(service);
+    absl::StatusOr<HealthStatus::ServingStatus> status =
+        CheckHealth(channel_, service);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(*status, HealthStatus::SERVING);
+  }
+  EXPECT_EQ(CheckHealth(channel_, "dcp.v1.NoSuchService").status().code(),
+            absl::StatusCode::kNotFound);
+
+  HealthWatch watch(channel_);
+  EXPECT_EQ(watch.Next(), HealthStatus::SERVING);
+  v1::DrainRequest request;  // what `dcp-ctl drain` sends
+  v1::DrainResponse response;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    ASSERT_TRUE(Stub()->Drain(&context, request, &response).ok());
+  }
+  EXPECT_EQ(watch.Next(), HealthStatus::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel_, "").value(), HealthStatus::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel_, "dcp.v1.Scheduler").value(),
+            HealthStatus::NOT_SERVING);
+  // Draining is no reason to restart the scheduler.
+  EXPECT_EQ(CheckHealth(channel_, kLivenessHealthService).value(),
+            HealthStatus::SERVING);
+
+  // Health checks are not the service's RPCs: only the Drain was counted.
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(intercepted, ::testing::ElementsAre("Drain"));
+}
+
+TEST_F(SchedulerServerTest, HealthIsNotServingOnceStoppedOrAllStepsPlanned) {
+  {
+    StartServer(Options());
+    HealthWatch watch(channel_);
+    EXPECT_EQ(watch.Next(), HealthStatus::SERVING);
+    server_->control_plane().Drain(/*stop=*/true);  // what SIGTERM does
+    EXPECT_EQ(watch.Next(), HealthStatus::NOT_SERVING);
+    EXPECT_EQ(CheckHealth(channel_, kLivenessHealthService).value(),
+              HealthStatus::SERVING);
+    server_->Wait();  // no stream open: returns at once
+  }
+  server_->Shutdown();
+  EXPECT_EQ(CheckHealth(channel_, kLivenessHealthService).status().code(),
+            absl::StatusCode::kUnavailable);
+
+  // --max_steps: the last step planned is a drain of its own.
+  SchedulerServerOptions o = Options();
+  o.control_plane.max_steps = 1;
+  StartServer(std::move(o));
+  HealthWatch watch(channel_);
+  HealthStatus::ServingStatus status = watch.Next();
+  if (status == HealthStatus::SERVING) status = watch.Next();
+  EXPECT_EQ(status, HealthStatus::NOT_SERVING);
+  EXPECT_EQ(Status().planned_steps(), 1);
 }
 
 }  // namespace

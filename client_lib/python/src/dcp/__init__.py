@@ -43,20 +43,37 @@ class Client:
     ``step_timeout`` seconds (a dropped scheduler fails sooner, once the
     agent's reconnections are used up), a report the scheduler refuses.
     Tasks carry no communicator: ``dcp.torch.group(task)`` forms them.
+
+    In-process, the connection to the scheduler is secured like
+    ``dcp-agent``'s (README, "Security"): ``tls_ca`` turns TLS on,
+    ``tls_cert``/``tls_key`` add the client certificate of mutual TLS,
+    ``auth_token_file`` and ``job_id`` go with every call, and plaintext
+    reaches a non-loopback scheduler only with ``insecure=True``. The
+    sidecar's Unix socket is local and takes none of them.
     """
 
     def __init__(self, scheduler=None, *, rank, world_size=0,
                  agent_socket=None, step_timeout=600.0, connect_timeout=30.0,
-                 rpc_timeout=30.0):
+                 rpc_timeout=30.0, tls_ca=None, tls_cert=None, tls_key=None,
+                 tls_server_name=None, auth_token_file=None, job_id=None,
+                 insecure=False):
         if _dcp is None:
             raise ImportError(
                 "dcp's extension dcp._dcp is not importable (build it with "
                 "`bazel build //client_lib/python:dcp` and put "
                 "bazel-bin/client_lib/python on PYTHONPATH): %s"
                 % _import_error)
+        security = _dcp.SecurityOptions()
+        security.tls_ca = tls_ca or ""
+        security.tls_cert = tls_cert or ""
+        security.tls_key = tls_key or ""
+        security.tls_server_name = tls_server_name or ""
+        security.auth_token_file = auth_token_file or ""
+        security.job_id = job_id or ""
+        security.insecure = bool(insecure)
         self._client = _dcp.Client(scheduler or "", rank, world_size,
                                    agent_socket or "", step_timeout,
-                                   connect_timeout, rpc_timeout)
+                                   connect_timeout, rpc_timeout, security)
 
     def next_step(self):
         """The step after the last one returned; ``.drained`` at the end."""

@@ -1,0 +1,14 @@
+// Fuzzes the text length reader (LengthFormat::kText); see
+// FuzzLengthSource for what it checks.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz/fuzz_support.h"
+#include "fuzz/length_source_fuzz.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  dcp::fuzz::FuzzLengthSource(dcp::LengthFormat::kText,
+                              dcp::fuzz::AsText(data, size));
+  return 0;
+}
