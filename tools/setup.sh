@@ -40,10 +40,12 @@ declare -A PACKAGE_GROUPS=(
   # the headers of Debian's python3, and python3-torch (the same libtorch
   # 1.13, for torch.distributed and the Python model of examples/).
   [python]="python3-dev pybind11-dev python3-torch"
-  # tools/fuzz.sh: clang and libFuzzer (with the sanitizers' runtimes) for
-  # the fuzz targets of fuzz/, built outside Bazel with make; python3 reads
-  # what `bazel query` says about the system libraries.
-  [fuzz]="clang-14 libfuzzer-14-dev make python3"
+  # tools/fuzz.sh: clang and libFuzzer for the fuzz targets of fuzz/, built
+  # outside Bazel with make, and the sanitizers' headers and runtimes
+  # (libclang-rt-14-dev: only a recommendation of clang's, which
+  # --no-install-recommends leaves out); python3 reads what `bazel query`
+  # says about the system libraries.
+  [fuzz]="clang-14 libfuzzer-14-dev libclang-rt-14-dev make python3"
   # What the checks of deploy/ run: a real Slurm for tests/slurm_e2e_test
   # (the daemons, and sbatch, srun and scontrol; it pulls in munge, which
   # the test does not start), systemd-analyze for the unit files of
