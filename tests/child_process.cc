@@ -1,12 +1,17 @@
 #include "tests/child_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -143,16 +148,60 @@ std::string RunToEnd(const std::string& name,
   return ReadFile(one[0].out_path);
 }
 
+FileActivity::FileActivity(const std::vector<std::string>& dirs)
+    : fd_(inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+  EXPECT_GE(fd_, 0) << "inotify_init1 failed";
+  for (const std::string& dir : dirs) {
+    EXPECT_GE(inotify_add_watch(fd_, dir.c_str(),
+                                IN_MODIFY | IN_CREATE | IN_MOVED_TO |
+                                    IN_CLOSE_WRITE),
+              0)
+        << "cannot watch " << dir;
+  }
+}
+
+FileActivity::~FileActivity() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool FileActivity::Await(absl::Time deadline) {
+  if (fd_ < 0) return false;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd ready = {fd_, POLLIN, 0};
+    const int timeout_ms =
+        static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1,
+                                           std::numeric_limits<int>::max()));
+    if (poll(&ready, 1, timeout_ms) <= 0) continue;
+    // Drain what is queued: one wake-up for any number of changes.
+    alignas(inotify_event) char events[4096];
+    while (read(fd_, events, sizeof(events)) > 0) {
+    }
+    return true;
+  }
+}
+
+namespace {
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
 int WaitForPortFile(const std::string& path, Child& child,
                     absl::Time deadline) {
+  // The port file and the child's output (closed when it exits).
+  FileActivity activity({DirOf(path), DirOf(child.err_path)});
   while (true) {
     int port = 0;
     if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(path)), &port) &&
         port > 0) {
       return port;
     }
-    if (Poll(child) || absl::Now() > deadline) return 0;
-    absl::SleepFor(absl::Milliseconds(20));
+    if (Poll(child) || !activity.Await(deadline)) return 0;
   }
 }
 

@@ -60,6 +60,27 @@ std::string Describe(const std::vector<Child>& children,
 std::string RunToEnd(const std::string& name,
                      const std::vector<std::string>& argv);
 
+/// A notification of what happens to the files of some folders: a file
+/// written, created, renamed into one of them, or closed after writing (a
+/// child's exit closes its stdout and stderr files). What a test waits on
+/// when it waits for a child's output: make it, look at the files, and
+/// `Await` the next change if what it looks for is not there yet (changes
+/// between the look and the wait are queued, never missed).
+class FileActivity {
+ public:
+  explicit FileActivity(const std::vector<std::string>& dirs);
+  ~FileActivity();
+  FileActivity(const FileActivity&) = delete;
+  FileActivity& operator=(const FileActivity&) = delete;
+
+  /// Blocks until something changed since the last call (or since the
+  /// watch began), or until `deadline`; false at the deadline.
+  bool Await(absl::Time deadline);
+
+ private:
+  int fd_ = -1;
+};
+
 /// The port `child` wrote to `path` (the file a `--port_file` or
 /// `--metrics_port_file` flag names) once it has; 0 when the child exits
 /// first or `deadline` passes.

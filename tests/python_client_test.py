@@ -18,12 +18,14 @@ import inspect
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -74,7 +76,6 @@ class Scheduler:
     """A dcp-scheduler process planning the test job on 127.0.0.1:0."""
 
     def __init__(self, workdir, world, steps, window=128, tokens=512):
-        port_file = os.path.join(workdir, "scheduler.port")
         self.log = open(os.path.join(workdir, "scheduler.log"), "w")
         self.process = subprocess.Popen([
             SCHEDULER, "--lengths=" + LENGTHS,
@@ -82,19 +83,34 @@ class Scheduler:
             "--world_size=%d" % world, "--window=%d" % window,
             "--tokens_per_step=%d" % tokens, "--seed=%d" % SEED,
             "--max_steps=%d" % steps, "--listen=127.0.0.1:0",
-            "--port_file=" + port_file, "--metrics_listen=127.0.0.1:0",
-        ], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        # The port file appears once the scheduler serves; poll the
-        # process and the file (not a sleep standing in for readiness).
-        while not read(port_file).strip():
-            if self.process.poll() is not None:
-                raise AssertionError("dcp-scheduler exited %d: %s" % (
-                    self.process.returncode, self.log_text()))
-            if time.monotonic() > deadline:
-                raise AssertionError("dcp-scheduler never wrote its port")
-            time.sleep(0.05)
-        self.address = "127.0.0.1:" + read(port_file).strip()
+            "--metrics_listen=127.0.0.1:0",
+        ], stdout=self.log, stderr=subprocess.PIPE, text=True)
+        # The scheduler says where it listens once it serves: a thread
+        # copies its output to the log and notifies that line (or the
+        # output's end, when the scheduler exits first).
+        listening = re.compile(r"listening on (\S+)")
+        found = {}
+        told = threading.Event()
+
+        def copy_output():
+            for line in self.process.stderr:
+                self.log.write(line)
+                self.log.flush()
+                match = listening.search(line)
+                if match and not told.is_set():
+                    found["address"] = match.group(1)
+                    told.set()
+            told.set()
+
+        self.copier = threading.Thread(target=copy_output, daemon=True)
+        self.copier.start()
+        if not told.wait(timeout=60):
+            raise AssertionError("dcp-scheduler never said where it listens")
+        if "address" not in found:
+            self.process.wait()
+            raise AssertionError("dcp-scheduler exited %d: %s" % (
+                self.process.returncode, self.log_text()))
+        self.address = found["address"]
 
     def log_text(self):
         self.log.flush()
@@ -104,6 +120,7 @@ class Scheduler:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        self.copier.join()
         self.log.close()
 
 

@@ -108,10 +108,6 @@ std::vector<int32_t> ParseLengths(const std::string& text) {
   return lengths;
 }
 
-/// Sleeps between two looks at the processes' output: what the test waits
-/// on is that output, which nothing notifies.
-void Breathe() { absl::SleepFor(absl::Milliseconds(10)); }
-
 /// The job: every scheduler incarnation gets the same flags.
 struct Job {
   std::string trace_path;
@@ -243,6 +239,9 @@ const char* Name(KillPoint p) {
 int64_t AwaitKillPoint(KillPoint point, int ahead, Child& current,
                        const ChildReaper& reaper) {
   const absl::Time deadline = absl::Now() + kPatience;
+  // Every log the kill points are read from (the scheduler's and the
+  // agents') is under TEST_TMPDIR; the watch starts before the first look.
+  testing_process::FileActivity activity({TmpPath("")});
   const std::string before = ReadFile(current.err_path);
   // The last step planned so far: in this incarnation's log, or before it.
   int64_t last_planned = -1;
@@ -264,7 +263,7 @@ int64_t AwaitKillPoint(KillPoint point, int ahead, Child& current,
             ? MostTrained() >= target
             : MostTrained() >= target && CountRefits(log) > refits;
     if (due) return target;
-    Breathe();
+    activity.Await(deadline);
   }
   ADD_FAILURE() << "no kill point " << Name(point) << " " << target
                 << " came:\n"

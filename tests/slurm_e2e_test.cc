@@ -109,6 +109,9 @@ std::string SlurmConf(const std::string& dir, const std::string& user, int cpus,
       "/slurmd.pid\nSlurmctldLogFile=", dir,
       "/slurmctld.log\nSlurmdLogFile=", dir,
       "/slurmd.log\n"
+      // At debug the controller logs the node's registration, which the
+      // wait for an idle node wakes on.
+      "SlurmctldDebug=debug\n"
       "ProctrackType=proctrack/linuxproc\n"
       "TaskPlugin=task/none\n"
       "JobAcctGatherType=jobacct_gather/none\n"
@@ -203,9 +206,11 @@ void StartSlurm(Slurm& slurm) {
       Spawn("slurmctld", {slurmctld, "-D", "-f", slurm.conf}),
       Spawn("slurmd", {slurmd, "-D", "-f", slurm.conf, "-N", "localhost"})};
 
-  // Until the node is idle: sinfo every 200 ms (polling the controller,
-  // bounded by kStartPatience), or a daemon exits.
+  // Until the node is idle (sinfo, asked again whenever the daemons' logs
+  // change: the controller logs the node's registration), or a daemon exits
+  // (closing its output), bounded by kStartPatience.
   const absl::Time deadline = absl::Now() + kStartPatience;
+  testing_process::FileActivity activity({slurm.dir});
   std::string state;
   while (true) {
     for (Child& daemon : slurm.daemons) {
@@ -232,7 +237,7 @@ void StartSlurm(Slurm& slurm) {
                                  " (sinfo: '", state, "')\n", slurm.Logs());
       return;
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    activity.Await(deadline);
   }
 }
 
