@@ -56,8 +56,11 @@ absl::StatusOr<ModelSpec> LoadModelConfig(const std::string& path);
 /// The hardware constants of the reference cluster (docs/COST_MODEL.md).
 ///
 /// Plain value type. `H200()` gives the reference values; tests and the
-/// planner's refittable model may vary them.
+/// planner's refittable model may vary them; `common/cluster_config.h`
+/// reads others (built-ins and JSON files).
 struct ClusterSpec {
+  /// What the figures describe (a built-in name or a config's "name").
+  std::string name = "h200";
   double peak_flops = 989e12;
   double hbm_bytes = 141e9;
   double usable_fraction = 0.9;

@@ -335,6 +335,72 @@ TEST(AgentTest, ReconnectsBackOffOnTheAgentsClockThenGiveUp) {
   EXPECT_THAT(lost.status().message(), HasSubstr("gave up after 2"));
 }
 
+TEST(AgentTest, KeepsReconnectingUntilTheOutageDeadline) {
+  auto server = StartServer(ServerOptions(1, 1, 0));
+  ASSERT_NE(server, nullptr);
+  FakeClock clock;
+  AgentOptions options = AgentFor(*server, 0);
+  options.clock = &clock;
+  options.initial_backoff = absl::Hours(1);
+  options.max_backoff = absl::Hours(1);
+  // Two failures are allowed, but the scheduler may be away for 4 hours:
+  // the agent tries on (hourly) until the outage has lasted that long.
+  options.max_reconnect_attempts = 2;
+  options.max_outage = absl::Hours(4);
+  auto agent = Agent::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_TRUE((*agent)->NextStep(-1, kGuard).ok());
+  server->Shutdown();
+  server.reset();
+
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    ASSERT_TRUE(clock.AwaitSleeperUntil(clock.Now() + absl::Hours(1), kGuard))
+        << "attempt " << attempt;
+    EXPECT_EQ((*agent)->NextStep(0, absl::ZeroDuration()).status().code(),
+              absl::StatusCode::kDeadlineExceeded)
+        << "attempt " << attempt;
+    clock.Advance(absl::Hours(1));
+  }
+  absl::StatusOr<NextStepResult> lost = (*agent)->NextStep(0, kGuard);
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lost.status().message(),
+              HasSubstr("gave up after 4 reconnection attempts over 4h"));
+}
+
+TEST(AgentTest, ReportsSentDuringAnOutageAreKeptUpToTheBound) {
+  auto server = StartServer(ServerOptions(1, 1, 0));
+  ASSERT_NE(server, nullptr);
+  FakeClock clock;
+  AgentOptions options = AgentFor(*server, 0);
+  // The resend thread's back-off waits on this clock, which never moves:
+  // the kept report stays kept.
+  options.clock = &clock;
+  options.max_pending_reports = 1;
+  auto agent = Agent::Start(options);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  absl::StatusOr<NextStepResult> first = (*agent)->NextStep(-1, kGuard);
+  ASSERT_TRUE(first.ok()) << first.status();
+  server->Shutdown();
+  server.reset();
+
+  // What the sidecar's ReportTimings does: the answer comes back async.
+  auto report_async = [&](const v1::TimingReport& report) {
+    absl::Notification answered;
+    absl::Status status;
+    (*agent)->ReportTimingsAsync(report, [&](absl::Status s) {
+      status = std::move(s);
+      answered.Notify();
+    });
+    EXPECT_TRUE(answered.WaitForNotificationWithTimeout(kGuard));
+    return status;
+  };
+  const v1::TimingReport report = ReportOf(first->step);
+  EXPECT_TRUE(report_async(report).ok());
+  const absl::Status full = report_async(report);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(full.message(), HasSubstr("max_pending_reports"));
+}
+
 TEST(AgentTest, ResumesAfterTheSchedulerComesBack) {
   SchedulerServerOptions first_options = ServerOptions(1, 1, 0);
   first_options.control_plane.session_id = "resume-test";
@@ -551,13 +617,24 @@ TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
   auto server = StartServer(ServerOptions(2, 2, 2));
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<Agent>> agents(2);
+  // What the agents tell their metrics: formations and received steps.
+  std::atomic<int> formed[2] = {0, 0};
+  std::atomic<int> received[2] = {0, 0};
+  std::atomic<int> unstamped{0};
   for (int r = 0; r < 2; ++r) {
-    auto agent = Agent::Start(AgentFor(*server, r));
+    AgentOptions options = AgentFor(*server, r);
+    options.on_group_formed = [&formed, r](absl::Duration) { ++formed[r]; };
+    options.on_step_received = [&, r](absl::Time planned, absl::Time) {
+      ++received[r];
+      if (planned <= absl::UnixEpoch()) ++unstamped;
+    };
+    auto agent = Agent::Start(std::move(options));
     ASSERT_TRUE(agent.ok()) << agent.status();
     EXPECT_EQ((*agent)->comm_backend(), CommBackend::kGloo);
     agents[r] = *std::move(agent);
   }
   const GroupRun run = RunGroupsOnTwoAgents(agents);
+  EXPECT_EQ(unstamped, 0);  // the scheduler stamps every step it plans
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(run.results[r].ok()) << "rank " << r << ": " << run.results[r];
     EXPECT_GE(run.groups_used[r], 1) << "rank " << r;
@@ -565,6 +642,8 @@ TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
     // The group [0, 1] is formed once (warmed or on first use), then reused,
     // and so is the data-parallel group of the same ranks.
     EXPECT_EQ(stats.groups_live, 2) << "rank " << r;
+    EXPECT_EQ(formed[r], 2) << "rank " << r;
+    EXPECT_EQ(received[r], stats.steps_received) << "rank " << r;
     EXPECT_EQ(stats.group_failures, 0);
     EXPECT_GE(stats.cache_hits + stats.cache_misses, run.groups_used[r]);
   }
@@ -586,8 +665,10 @@ TEST(AgentTest, SplitsGroupsFromTheEpochsWorldAsStepsArrive) {
   ASSERT_NE(server, nullptr);
   FakeWorlds worlds(2, absl::Seconds(20));
   std::vector<std::unique_ptr<Agent>> agents(2);
+  std::atomic<int> formed[2] = {0, 0};
   for (int r = 0; r < 2; ++r) {
     AgentOptions options = AgentFor(*server, r);
+    options.on_group_formed = [&formed, r](absl::Duration) { ++formed[r]; };
     options.make_world = [&worlds](const CommKey& world, int rank,
                                    const std::string& prefix,
                                    RendezvousStoreInterface* store) {
@@ -607,6 +688,8 @@ TEST(AgentTest, SplitsGroupsFromTheEpochsWorldAsStepsArrive) {
     EXPECT_GE(run.groups_used[r], 1) << "rank " << r;
     EXPECT_EQ(run.stats[r].groups_live, 2) << "rank " << r;
     EXPECT_EQ(run.stats[r].group_failures, 0);
+    // The cache took each split group once: two timed formations.
+    EXPECT_EQ(formed[r], 2) << "rank " << r;
   }
   // One world (epoch 0), split into the data-parallel group and [0, 1]: a
   // group is split once however many steps use it.

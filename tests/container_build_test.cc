@@ -1,6 +1,6 @@
 // deploy/container/Containerfile, two ways.
 //
-// ContainerfileLint (always): the file parsed instruction by instruction
+// The five lint tests (always): the file parsed instruction by instruction
 // and held to what it promises and to this machine's Debian 12: every stage
 // is based on Debian 12 (bookworm, slim for the runtime) or an earlier
 // stage; COPY --from names an earlier stage; the build stage runs
@@ -289,13 +289,34 @@ class ContainerfileTest : public ::testing::Test {
     return stages;
   }
 
+  /// What the build stage would leave in /opt/dcp, staged in a folder of
+  /// the test's: the binaries Bazel built here, and the data.
+  std::string StageBuildOutputs() const {
+    const std::string staged = TmpPath("build-stage");
+    fs::create_directories(staged + "/opt/dcp/bin");
+    fs::create_directories(staged + "/opt/dcp/data");
+    for (const auto& [name, path] : built_) {
+      fs::copy_file(Binary(path), staged + "/opt/dcp/bin/" + name);
+    }
+    for (const char* dir : {"lengths", "models"}) {
+      fs::create_directories(staged + "/opt/dcp/data/" + dir);
+      for (const auto& entry :
+           fs::directory_iterator(Binary(std::string("data/") + dir))) {
+        fs::copy_file(entry.path(), staged + "/opt/dcp/data/" + dir + "/" +
+                                        entry.path().filename().string());
+      }
+    }
+    return staged;
+  }
+
   Containerfile file_;
   const Stage* build_ = nullptr;
   std::map<std::string, std::string> built_;
 };
 
-TEST_F(ContainerfileTest, ContainerfileLint) {
-  // Bases: Debian 12, through ARGs with defaults, or an earlier stage.
+// Bases: Debian 12, through ARGs with defaults, or an earlier stage; COPY
+// --from names an earlier stage.
+TEST_F(ContainerfileTest, StagesStartFromDebian12OrAnEarlierStage) {
   std::set<std::string> earlier;
   for (const Stage& stage : file_.stages) {
     if (earlier.count(stage.base)) {
@@ -325,9 +346,11 @@ TEST_F(ContainerfileTest, ContainerfileLint) {
     }
     if (!stage.name.empty()) earlier.insert(stage.name);
   }
+}
 
-  // The build stage: setup.sh's groups exist; what Bazel builds is what it
-  // installs into /opt/dcp/bin, and what the runtime stages ship.
+// The build stage: setup.sh's groups exist; what Bazel builds is what it
+// installs into /opt/dcp/bin.
+TEST_F(ContainerfileTest, BuildStageInstallsWhatItBuilds) {
   const std::set<std::string> groups = SetupGroups();
   ASSERT_TRUE(groups.count("build")) << "tools/setup.sh has no build group";
   bool ran_setup = false;
@@ -357,9 +380,11 @@ TEST_F(ContainerfileTest, ContainerfileLint) {
   for (const auto& [name, path] : built_) built_paths.insert(path);
   EXPECT_EQ(installed, built_paths)
       << "what bazel builds and what is installed into " << kBinDir;
+}
 
-  // The runtime stages: each binary found among what Bazel builds, each of
-  // its libraries' packages installed (or in every Debian image).
+// The runtime stages: each binary found among what Bazel builds, each of its
+// libraries' packages installed (or in every Debian image).
+TEST_F(ContainerfileTest, RuntimeStagesInstallWhatTheirBinariesLoad) {
   const std::set<std::string> base = RequiredPackages();
   ASSERT_TRUE(base.count("libc6")) << "dpkg-query found no base packages";
   std::set<std::string> shipped_anywhere;
@@ -392,8 +417,11 @@ TEST_F(ContainerfileTest, ContainerfileLint) {
   }
   EXPECT_EQ(shipped_anywhere.size(), built_.size())
       << "a binary is built and shipped by no stage";
+}
 
-  // The image (the last stage): user, ports, entrypoint.
+// The image (the last stage): a non-root user, the scheduler's default ports,
+// an entrypoint it ships.
+TEST_F(ContainerfileTest, ImageRunsAShippedBinaryAsNonRootOnDefaultPorts) {
   const Stage& image = file_.stages.back();
   std::string user;
   std::set<int> ports;
@@ -449,8 +477,10 @@ TEST_F(ContainerfileTest, ContainerfileLint) {
               ShippedBinaries(file_, image)
                   .count(fs::path(program).filename().string()))
       << "ENTRYPOINT " << program << " is no binary the image ships";
+}
 
-  // COPY . . must not carry Bazel's outputs or git into the build.
+// COPY . . must not carry Bazel's outputs or git into the build.
+TEST_F(ContainerfileTest, DockerignoreKeepsOutputsAndGitOut) {
   const std::string ignore = ReadFile(Binary(".dockerignore"));
   for (const char* pattern : {".git", "bazel-*"}) {
     EXPECT_TRUE(absl::StrContains(absl::StrCat("\n", ignore),
@@ -528,56 +558,40 @@ dcp-train --mode=dcp --local_world=2 --steps=2 \
 echo "job done"
 )sh";
 
-TEST_F(ContainerfileTest, BuildsAndRunsWithBuildah) {
-  const std::optional<std::string> buildah = FindProgram("buildah");
-  if (!buildah.has_value()) {
-    std::fprintf(stderr, "SKIPPED: buildah is not installed\n");
-    GTEST_SKIP() << "buildah is not installed (tools/setup.sh installs it); "
-                    "only ContainerfileLint checked the Containerfile";
-  }
+// The Debian 12 root file system the image's bases are made of, or nothing
+// (and why) where none can be had offline.
+std::optional<std::string> BaseRootfs(std::string* why) {
   const char* env_rootfs = std::getenv("DCP_CONTAINER_BASE_ROOTFS");
   const std::string rootfs = env_rootfs != nullptr && *env_rootfs != '\0'
                                  ? env_rootfs
                                  : kDefaultRootfs;
   const std::string version = ReadFile(rootfs + "/etc/debian_version");
-  if (!absl::StartsWith(version, "12") || !fs::exists(rootfs + "/bin/bash")) {
-    const std::string why = absl::StrCat(
-        "no Debian 12 base image can be had offline: ", rootfs,
-        " is no Debian 12 root file system (no registry is reachable; set "
-        "DCP_CONTAINER_BASE_ROOTFS to one, e.g. made by `debootstrap "
-        "--variant=minbase bookworm DIR`, or run "
-        "../shared/tools/fresh_machine.sh once); only ContainerfileLint "
-        "checked the Containerfile, nothing was built");
-    std::fprintf(stderr, "SKIPPED: %s\n", why.c_str());
-    GTEST_SKIP() << why;
+  if (absl::StartsWith(version, "12") && fs::exists(rootfs + "/bin/bash")) {
+    return rootfs;
   }
+  *why = absl::StrCat(
+      "no Debian 12 base image can be had offline: ", rootfs,
+      " is no Debian 12 root file system (no registry is reachable; set "
+      "DCP_CONTAINER_BASE_ROOTFS to one, e.g. made by `debootstrap "
+      "--variant=minbase bookworm DIR`, or run "
+      "../shared/tools/fresh_machine.sh once); only the Containerfile's lint "
+      "tests checked it, nothing was built");
+  return std::nullopt;
+}
 
-  // A store of the test's own; overlay where this kernel allows it, else
-  // vfs (whole copies per layer: slower, gigabytes).
-  const std::string store = TmpPath("containers");
-  std::string driver = "overlay";
-  {
-    const Buildah probe(*buildah, store, driver);
-    const CommandResult scratch = probe("buildah-probe", {"from", "scratch"});
-    if (scratch.exit_code != 0) {
-      driver = "vfs";
-    } else {
-      probe("buildah-probe-rm", {"rm", "--all"});
-    }
-  }
-  const Buildah run(*buildah, store, driver);
-  struct Cleanup {
-    const Buildah& run;
-    std::string store;
-    ~Cleanup() {
-      run("buildah-rm", {"rm", "--all"});
-      run("buildah-rmi", {"rmi", "--all", "--force"});
-      std::error_code ignored;
-      fs::remove_all(store, ignored);
-    }
-  } cleanup{run, store};
+// overlay where this kernel allows it, else vfs (whole copies per layer:
+// slower, gigabytes).
+std::string StorageDriver(const std::string& buildah,
+                          const std::string& store) {
+  const Buildah probe(buildah, store, "overlay");
+  if (probe("buildah-probe", {"from", "scratch"}).exit_code != 0) return "vfs";
+  probe("buildah-probe-rm", {"rm", "--all"});
+  return "overlay";
+}
 
-  // The base: the root file system as one layer.
+// Commits the root file system, as one layer, as `image`.
+void CommitBaseImage(const Buildah& run, const std::string& rootfs,
+                     const std::string& image) {
   const std::string tar = TmpPath("base.tar");
   const CommandResult packed =
       RunCommand("tar-base",
@@ -591,50 +605,14 @@ TEST_F(ContainerfileTest, BuildsAndRunsWithBuildah) {
   const CommandResult added =
       run("buildah-add-base", {"add", base_ctr, tar, "/"}, absl::Minutes(5));
   ASSERT_EQ(added.exit_code, 0) << Explain(added);
-  const std::string base_image = "localhost/dcp-test-base:bookworm";
-  const CommandResult committed =
-      run("buildah-commit-base", {"commit", "-q", base_ctr, base_image},
-          absl::Minutes(5));
+  const CommandResult committed = run(
+      "buildah-commit-base", {"commit", "-q", base_ctr, image}, absl::Minutes(5));
   ASSERT_EQ(committed.exit_code, 0) << Explain(committed);
   fs::remove(tar);
+}
 
-  // What the build stage would leave in /opt/dcp: the binaries Bazel built
-  // here, and the data.
-  const std::string staged = TmpPath("build-stage");
-  fs::create_directories(staged + "/opt/dcp/bin");
-  fs::create_directories(staged + "/opt/dcp/data");
-  for (const auto& [name, path] : built_) {
-    fs::copy_file(Binary(path), staged + "/opt/dcp/bin/" + name);
-  }
-  for (const char* dir : {"lengths", "models"}) {
-    fs::create_directories(staged + "/opt/dcp/data/" + dir);
-    for (const auto& entry :
-         fs::directory_iterator(Binary(std::string("data/") + dir))) {
-      fs::copy_file(entry.path(), staged + "/opt/dcp/data/" + dir + "/" +
-                                      entry.path().filename().string());
-    }
-  }
-  // The context the runtime stages see: nothing (only the skipped build
-  // stage reads the repository).
-  const std::string context = TmpPath("context");
-  fs::create_directories(context);
-
-  const std::string image = "localhost/dcp:test";
-  const absl::Time start = absl::Now();
-  const CommandResult built =
-      run("buildah-bud",
-          {"bud", "--isolation=chroot", "--layers=false",
-           "--build-context=build=" + staged,
-           "--build-arg=DEBIAN_IMAGE=" + base_image,
-           "--build-arg=DEBIAN_SLIM_IMAGE=" + base_image, "--file",
-           Binary(kContainerfile), "--tag", image, context},
-          kBuildPatience);
-  ASSERT_EQ(built.exit_code, 0) << Explain(built);
-  std::fprintf(stderr, "built %s (%s storage) in %.0f s\n", image.c_str(),
-               driver.c_str(), absl::ToDoubleSeconds(absl::Now() - start));
-  EXPECT_FALSE(absl::StrContains(built.out + built.err, " AS build"))
-      << "the build stage ran: --build-context did not replace it";
-
+// The image's configuration: its user, entrypoint and ports.
+void ExpectImageConfig(const Buildah& run, const std::string& image) {
   const CommandResult inspected =
       run("buildah-inspect", {"inspect", "--type", "image", image});
   ASSERT_EQ(inspected.exit_code, 0) << Explain(inspected);
@@ -647,7 +625,10 @@ TEST_F(ContainerfileTest, BuildsAndRunsWithBuildah) {
   EXPECT_EQ(config["ExposedPorts"],
             nlohmann::json({{"50051/tcp", nlohmann::json::object()},
                             {"9464/tcp", nlohmann::json::object()}}));
+}
 
+// Runs kJobInImage in a container of `image` and checks what it printed.
+void ExpectJobRunsInImage(const Buildah& run, const std::string& image) {
   const CommandResult from = run("buildah-from", {"from", image});
   ASSERT_EQ(from.exit_code, 0) << Explain(from);
   const std::string container(absl::StripAsciiWhitespace(from.out));
@@ -662,6 +643,62 @@ TEST_F(ContainerfileTest, BuildsAndRunsWithBuildah) {
   EXPECT_TRUE(absl::StrContains(job.out + job.err, "2 ranks trained 2 steps"))
       << Explain(job);
   EXPECT_TRUE(absl::StrContains(job.out, "job done")) << Explain(job);
+}
+
+TEST_F(ContainerfileTest, BuildsAndRunsWithBuildah) {
+  const std::optional<std::string> buildah = FindProgram("buildah");
+  if (!buildah.has_value()) {
+    std::fprintf(stderr, "SKIPPED: buildah is not installed\n");
+    GTEST_SKIP() << "buildah is not installed (tools/setup.sh installs it); "
+                    "only the Containerfile's lint tests checked it";
+  }
+  std::string why;
+  const std::optional<std::string> rootfs = BaseRootfs(&why);
+  if (!rootfs.has_value()) {
+    std::fprintf(stderr, "SKIPPED: %s\n", why.c_str());
+    GTEST_SKIP() << why;
+  }
+
+  // A store of the test's own.
+  const std::string store = TmpPath("containers");
+  const Buildah run(*buildah, store, StorageDriver(*buildah, store));
+  struct Cleanup {
+    const Buildah& run;
+    std::string store;
+    ~Cleanup() {
+      run("buildah-rm", {"rm", "--all"});
+      run("buildah-rmi", {"rmi", "--all", "--force"});
+      std::error_code ignored;
+      fs::remove_all(store, ignored);
+    }
+  } cleanup{run, store};
+
+  const std::string base_image = "localhost/dcp-test-base:bookworm";
+  CommitBaseImage(run, *rootfs, base_image);
+  ASSERT_FALSE(HasFatalFailure());
+  // The context the runtime stages see: nothing (only the skipped build
+  // stage reads the repository).
+  const std::string context = TmpPath("context");
+  fs::create_directories(context);
+
+  const std::string image = "localhost/dcp:test";
+  const absl::Time start = absl::Now();
+  const CommandResult built =
+      run("buildah-bud",
+          {"bud", "--isolation=chroot", "--layers=false",
+           "--build-context=build=" + StageBuildOutputs(),
+           "--build-arg=DEBIAN_IMAGE=" + base_image,
+           "--build-arg=DEBIAN_SLIM_IMAGE=" + base_image, "--file",
+           Binary(kContainerfile), "--tag", image, context},
+          kBuildPatience);
+  ASSERT_EQ(built.exit_code, 0) << Explain(built);
+  std::fprintf(stderr, "built %s in %.0f s\n", image.c_str(),
+               absl::ToDoubleSeconds(absl::Now() - start));
+  EXPECT_FALSE(absl::StrContains(built.out + built.err, " AS build"))
+      << "the build stage ran: --build-context did not replace it";
+
+  ExpectImageConfig(run, image);
+  ExpectJobRunsInImage(run, image);
 }
 
 }  // namespace

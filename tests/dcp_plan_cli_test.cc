@@ -19,6 +19,7 @@
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/plan.h"
 #include "scheduler/eval/plan_io.h"
 #include "scheduler/eval/simulator.h"
@@ -294,16 +295,85 @@ TEST(DcpPlanCliTest, UnknownModelListsTheBuiltinOnes) {
   }
 }
 
+TEST(DcpPlanCliTest, WritesAProfileThatAnotherGpusPriorLearnsFrom) {
+  const std::string profile = TmpPath("profile.csv");
+  const ProcessResult w =
+      RunProcess({DcpPlan(), "--write_profile=" + profile, "--model=llama3-8b",
+                  "--world_size=" + std::to_string(kWorld),
+                  "--profile_noise=0.1", "--profile_seed=4"});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  absl::StatusOr<std::vector<TaskObservation>> rows = LoadProfileTable(profile);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_FALSE(rows->empty());
+  const std::vector<int32_t> lengths = SkewedLengths(3000, 31);
+  const std::string trace = WriteTrace("trace_prior.txt", lengths);
+  double error[2] = {0, 0};
+  for (int fitted = 0; fitted < 2; ++fitted) {
+    const std::string stats_path = TmpPath("prior_stats.json");
+    std::vector<std::string> args =
+        PlanArgs(trace, TmpPath("prior_plans.jsonl"), stats_path);
+    args.push_back("--cluster_config=a100-80g");
+    // Not CheckStats: with a prior this far off (its 72 GB of usable HBM
+    // included) dcp need not beat the tuned baselines.
+    args.push_back("--baselines=false");
+    if (fitted == 1) args.push_back("--profile=" + profile);
+    const ProcessResult r = RunProcess(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json stats =
+        nlohmann::json::parse(ReadFile(stats_path), nullptr, false);
+    ASSERT_TRUE(stats.is_object()) << ReadFile(stats_path);
+    EXPECT_GE(stats.value("makespan_s", 0.0),
+              stats.value("lower_bound_s", 1e9));
+    error[fitted] = stats.value("prediction_error", -1.0);
+  }
+  // The A100 sheet predicts the H200 judge's step times some 3x too long;
+  // fitted to the judge's profile it is far closer.
+  EXPECT_GT(error[0], 1.0);
+  EXPECT_LT(error[1], error[0] / 4);
+}
+
+TEST(DcpPlanCliTest, BadClusterConfigNamesTheField) {
+  const std::string trace =
+      WriteTrace("trace_cluster.txt", SkewedLengths(100, 5));
+  const std::string config = TmpPath("gpu.json");
+  WriteFile(config, R"({"name": "gpu", "peak_flops": "fast"})");
+  std::vector<std::string> args =
+      PlanArgs(trace, TmpPath("c_plans.jsonl"), TmpPath("c_stats.json"));
+  args.push_back("--cluster_config=" + config);
+  const ProcessResult r = RunProcess(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "dcp-plan crashed: " << r.err;
+  EXPECT_NE(r.err.find("'peak_flops'"), std::string::npos) << r.err;
+  args.back() = "--cluster_config=b200";
+  const ProcessResult unknown = RunProcess(args);
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("a100-80g"), std::string::npos) << unknown.err;
+}
+
 TEST(DcpBenchCliTest, ScenarioAJson) {
   const ProcessResult r = RunProcess(
       {DcpBench(), "--scenarios=A", "--steps=2", "--json"}, RunfilesRoot());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json rows = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_TRUE(rows.is_array()) << r.out;
-  ASSERT_EQ(rows.size(), 4u) << r.out;
+  ASSERT_EQ(rows.size(), 5u) << r.out;
   std::set<std::string> planners;
   for (const nlohmann::json& row : rows) {
     ASSERT_TRUE(row.is_object()) << row.dump();
+    if (row.value("planner", "") == "learned") {
+      // The learned-model row: the perfect model is the dcp row's, the
+      // online refit has --online_steps + 1 entries (20 by default).
+      EXPECT_EQ(row.value("prior", ""), "a100-80g");
+      EXPECT_DOUBLE_EQ(row.value("x_lower_perfect", 0.0),
+                       rows[0].value("ratio_to_lower_bound", -1.0));
+      EXPECT_EQ(row["online_x_lower"].size(), 21u) << row.dump();
+      for (const char* key : {"x_lower_prior", "x_lower_prior_profile",
+                              "x_lower_prior_window_profile"}) {
+        EXPECT_GE(row.value(key, 0.0), 1.0) << key << ": " << row.dump();
+      }
+      planners.insert("learned");
+      continue;
+    }
     EXPECT_EQ(row.value("scenario", ""), "A");
     EXPECT_EQ(row.value("steps", 0), 2);
     EXPECT_EQ(row.value("gpus", 0), 32);
@@ -311,8 +381,9 @@ TEST(DcpBenchCliTest, ScenarioAJson) {
     EXPECT_GT(row.value("step_s", 0.0), 0) << row.dump();
     planners.insert(row.value("planner", ""));
   }
-  EXPECT_EQ(planners, (std::set<std::string>{"dcp", "static_packed",
-                                             "static_balanced", "dynamic_cp"}));
+  EXPECT_EQ(planners,
+            (std::set<std::string>{"dcp", "static_packed", "static_balanced",
+                                   "dynamic_cp", "learned"}));
   const nlohmann::json& dcp = rows[0];
   ASSERT_EQ(dcp.value("planner", ""), "dcp");
   EXPECT_GE(dcp.value("ratio_to_lower_bound", 0.0), 1.0);

@@ -4,8 +4,18 @@
 // configuration (deploy/prometheus/prometheus.yml, targets written by the
 // test). The test asks Prometheus' HTTP query API for what it scraped: every
 // target up, and values that show the job ran (steps planned and completed,
-// timings accepted, agents connected, tasks executed and timed). Skips
-// when Prometheus is not installed (tools/setup.sh installs it).
+// timings accepted, agents connected, tasks executed and timed, plans
+// delivered (one observation per step received), communicators formed, the
+// last step's figures); the build info of every daemon with the commit this
+// build stamped; and, once the job is drained, figures that must add up:
+// the steps completed and the tokens trained are those of the steps the
+// scheduler logged, with one step-time observation per step. Skips when
+// Prometheus is not installed (tools/setup.sh installs it).
+//
+// The stamped commit is compared with the one compiled into this test (the
+// same build's tools/workspace_status.sh): the sandbox that runs the test
+// has no git checkout to ask. It is a commit id, or "unknown" when the
+// workspace is not a git checkout.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,14 +28,19 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/build_info.h"
+#include "common/current_build_info.h"
 #include "common/metrics/metrics_testing.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -147,6 +162,40 @@ std::string WaitForQuery(
     absl::SleepFor(absl::Milliseconds(250));
   }
   return last;
+}
+
+/// The steps dcp-scheduler logged planning ("... step N (epoch E): S
+/// samples, T tokens, ..."): how many, and their tokens summed.
+struct LoggedSteps {
+  int steps = 0;
+  double tokens = 0;
+};
+LoggedSteps ParseLoggedSteps(const std::string& log) {
+  LoggedSteps out;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    const size_t epoch = line.find(" (epoch ");
+    const size_t samples = line.find(" samples, ");
+    const size_t tokens = line.find(" tokens, ");
+    if (epoch == line.npos || samples == line.npos || tokens == line.npos ||
+        tokens < samples) {
+      continue;
+    }
+    const size_t from = samples + std::string(" samples, ").size();
+    int64_t count = 0;
+    if (!absl::SimpleAtoi(line.substr(from, tokens - from), &count)) continue;
+    ++out.steps;
+    out.tokens += static_cast<double>(count);
+  }
+  return out;
+}
+
+/// A git commit id: 40 (SHA-1) or 64 (SHA-256) lower-case hex digits.
+bool IsCommitId(const std::string& commit) {
+  if (commit.size() != 40 && commit.size() != 64) return false;
+  for (char c : commit) {
+    if (!absl::ascii_isdigit(c) && (c < 'a' || c > 'f')) return false;
+  }
+  return true;
 }
 
 TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
@@ -282,9 +331,66 @@ TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
            "dcp_agent_steps_executed_total{rank=\"1\"}",
            "sum(dcp_agent_task_seconds_count)",
            "sum(dcp_agent_steps_received_total)",
+           "dcp_scheduler_step_measured_seconds",
+           "dcp_scheduler_step_predicted_seconds",
+           "dcp_scheduler_step_seconds_count",
+           "dcp_scheduler_trained_tokens_total",
+           "dcp_scheduler_tokens_per_second",
+           "dcp_scheduler_task_group_size_count",
+           "dcp_scheduler_task_recompute_ratio_count",
+           "dcp_agent_plan_delivery_seconds_count{rank=\"0\"}",
+           "dcp_agent_plan_delivery_seconds_count{rank=\"1\"}",
+           "dcp_agent_communicator_formation_seconds_count{rank=\"0\"}",
+           "dcp_agent_communicator_formation_seconds_count{rank=\"1\"}",
        }) {
     seen = WaitForQuery(web_port, query, positive, &ok);
     EXPECT_TRUE(ok) << query << ": " << seen;
+  }
+  // One delivery observation per step an agent received (a scrape between
+  // the two counts may see them one apart; the wait takes the next).
+  seen = WaitForQuery(
+      web_port,
+      "sum(dcp_agent_plan_delivery_seconds_count) - "
+      "sum(dcp_agent_steps_received_total)",
+      [](const std::vector<Series>& r) {
+        return r.size() == 1 && r[0].value == 0;
+      },
+      &ok);
+  EXPECT_TRUE(ok) << "deliveries - steps received: " << seen;
+  // Both sources of the imbalance, each an idle fraction.
+  seen = WaitForQuery(
+      web_port, "dcp_scheduler_step_imbalance_ratio",
+      [](const std::vector<Series>& r) {
+        std::set<std::string> sources;
+        for (const Series& s : r) {
+          if (s.value < 0 || s.value > 1) return false;
+          sources.insert(s.labels.at("source"));
+        }
+        return sources == std::set<std::string>{"measured", "predicted"};
+      },
+      &ok);
+  EXPECT_TRUE(ok) << "dcp_scheduler_step_imbalance_ratio: " << seen;
+  // Every daemon's build info names this build's version and commit.
+  const BuildInfo build = CurrentBuildInfo();
+  EXPECT_TRUE(build.commit == "unknown" || IsCommitId(build.commit))
+      << build.commit;
+  for (const auto& [query, count] : std::vector<std::pair<std::string, size_t>>{
+           {"dcp_scheduler_build_info", 1}, {"dcp_agent_build_info", kWorld}}) {
+    seen = WaitForQuery(
+        web_port, query,
+        [&, count = count](const std::vector<Series>& r) {
+          if (r.size() != count) return false;
+          for (const Series& s : r) {
+            if (s.value != 1 || s.labels.at("version") != kDcpVersion ||
+                s.labels.at("commit") != build.commit) {
+              return false;
+            }
+          }
+          return true;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << query << " (want commit " << build.commit
+                    << "): " << seen;
   }
   seen = WaitForQuery(
       web_port, "dcp_scheduler_connected_agents",
@@ -320,6 +426,35 @@ TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
   for (const Child& a : agents) {
     EXPECT_EQ(a.exit_code, 0) << Describe(agents, kStderrTail);
   }
+
+  // Drained: every step the scheduler planned (and logged) completed, and
+  // the figures add up once Prometheus has scraped the last of them.
+  const LoggedSteps logged = ParseLoggedSteps(ReadFile(scheduler[0].err_path));
+  ASSERT_GT(logged.steps, 0) << reaper.Describe(kStderrTail);
+  seen = WaitForQuery(
+      web_port, "dcp_scheduler_steps_completed_total",
+      [&](const std::vector<Series>& r) {
+        return r.size() == 1 && r[0].value == logged.steps;
+      },
+      &ok);
+  EXPECT_TRUE(ok) << "completed steps (want the " << logged.steps
+                  << " logged): " << seen;
+  seen = WaitForQuery(
+      web_port, "dcp_scheduler_trained_tokens_total",
+      [&](const std::vector<Series>& r) {
+        return r.size() == 1 && r[0].value == logged.tokens;
+      },
+      &ok);
+  EXPECT_TRUE(ok) << "trained tokens (want " << logged.tokens
+                  << ", the logged steps' sum): " << seen;
+  seen = WaitForQuery(
+      web_port, "dcp_scheduler_step_seconds_count",
+      [&](const std::vector<Series>& r) {
+        return r.size() == 1 && r[0].value == logged.steps;
+      },
+      &ok);
+  EXPECT_TRUE(ok) << "step time observations (want one per step, "
+                  << logged.steps << "): " << seen;
   kill(scheduler[0].pid, SIGTERM);
   ASSERT_TRUE(WaitAll(scheduler, absl::Now() + kPatience))
       << Describe(scheduler, kStderrTail);

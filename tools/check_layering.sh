@@ -18,6 +18,11 @@ delivered() {
   echo "kind('cc_library|cc_binary', $1) except attr(testonly, 1, $1)"
 }
 
+# Their libraries only: what other packages can link.
+libraries() {
+  echo "kind('cc_library', $1) except attr(testonly, 1, $1)"
+}
+
 rules=(
   "$(delivered '//scheduler/server/... + //scheduler/control/...')"
   "//scheduler/eval/..."
@@ -27,9 +32,9 @@ rules=(
   "//scheduler/..."
   "the agent, the client, the trainer and their communicators speak the wire schema, never the scheduler's code"
 
-  "$(delivered '//scheduler/planner/... + //scheduler/lengths/...')"
+  "$(libraries '//scheduler/planner/... + //scheduler/lengths/...')"
   "//scheduler/control/... + //scheduler/server/... + //scheduler/eval/... + @grpc//..."
-  "the planner and the length readers are plain C++: no control plane, no evaluation, no gRPC"
+  "the planner and the length readers are plain C++: no control plane, no evaluation, no gRPC (planner_benchmark, a binary, replays its plans on the simulator)"
 
   "$(delivered '//...')"
   "//tests/..."

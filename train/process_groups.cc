@@ -171,7 +171,11 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Get(
     entries_[key].forming = true;
   }
 
+  const absl::Time start = options_.clock->Now();
   absl::StatusOr<std::unique_ptr<Group>> formed = Form(key, prefix);
+  if (formed.ok() && options_.on_formed) {
+    options_.on_formed(options_.clock->Now() - start);
+  }
 
   std::unique_ptr<Group> discard;  // Destroyed after the lock is released.
   absl::MutexLock lock(&mu_);

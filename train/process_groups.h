@@ -2,6 +2,7 @@
 #define DCP_TRAIN_PROCESS_GROUPS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -80,6 +81,11 @@ class ProcessGroups {
     /// this one with SIGPIPE instead of failing its collectives. A handler
     /// the process installed itself is left alone.
     bool ignore_sigpipe = true;
+    /// Called after each group formed, with how long its formation took
+    /// on `clock` (the rendezvous and the Gloo connections), on the thread
+    /// that formed it, without locks held; not for failed formations. Must
+    /// be thread-safe and quick (dcp-agent's formation histogram).
+    std::function<void(absl::Duration)> on_formed;
   };
 
   /// A cache for `options.rank` whose groups meet through `store` (not

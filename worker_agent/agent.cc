@@ -69,13 +69,14 @@ Agent::Agent(AgentOptions options, CommBackend backend,
   registration_ = std::make_unique<Registration>(
       stub_->stub.get(),
       RegistrationOptions{o.scheduler_address, o.rank, o.host, o.gpu,
-                          o.world_size, clock_});
+                          o.world_size, clock_, o.fixed_world});
   mailbox_ = std::make_unique<StepMailbox>(
       StepMailboxOptions{o.rank, o.prefetch_depth, clock_});
   reports_ = std::make_unique<ReportSender>(
       stub_->stub.get(), registration_.get(),
       ReportSenderOptions{o.rank, o.rpc_timeout, o.initial_backoff,
-                          o.max_backoff, o.report_stream, clock_});
+                          o.max_backoff, o.report_stream, clock_,
+                          o.max_pending_reports});
   ProfileResponderOptions profile;
   profile.rank = o.rank;
   profile.rpc_timeout = o.rpc_timeout;
@@ -139,10 +140,13 @@ absl::Status Agent::StartStreams() {
   PlanReaderOptions reader;
   reader.rank = options_.rank;
   reader.max_reconnect_attempts = options_.max_reconnect_attempts;
+  reader.max_outage = options_.max_outage;
+  reader.on_reconnect_failed = options_.on_reconnect_failed;
   reader.initial_backoff = options_.initial_backoff;
   reader.max_backoff = options_.max_backoff;
   reader.rpc_timeout = options_.rpc_timeout;
   reader.clock = clock_;
+  reader.on_step_received = options_.on_step_received;
   if (options_.warm_groups) {
     reader.on_groups = [this](int64_t epoch, int64_t step,
                               const std::vector<v1::CommGroup>& groups) {
@@ -163,9 +167,9 @@ absl::Status Agent::StartStreams() {
 absl::Status Agent::StartCache() {
   if (backend_ == CommBackend::kGloo) {
     cache_ = std::make_unique<CommunicatorCache>(
-        [this](const CommKey& key, const std::string& prefix) {
+        TimedFactory([this](const CommKey& key, const std::string& prefix) {
           return MakeGlooCommunicator(key, prefix);
-        });
+        }));
     return absl::OkStatus();
   }
   SplitGroupFormer::Options former;
@@ -176,10 +180,22 @@ absl::Status Agent::StartCache() {
   former.clock = clock_;
   ASSIGN_OR_RETURN(former_, SplitGroupFormer::Create(std::move(former)));
   cache_ = std::make_unique<CommunicatorCache>(
-      [this](const CommKey& key, const std::string& /*prefix*/) {
+      TimedFactory([this](const CommKey& key, const std::string& /*prefix*/) {
         return former_->Take(key);
-      });
+      }));
   return absl::OkStatus();
+}
+
+Agent::GroupFactory Agent::TimedFactory(GroupFactory form) {
+  if (!options_.on_group_formed) return form;
+  return [this, form = std::move(form)](const CommKey& key,
+                                        const std::string& prefix)
+             -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    const absl::Time start = clock_->Now();
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = form(key, prefix);
+    if (comm.ok()) options_.on_group_formed(clock_->Now() - start);
+    return comm;
+  };
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeGlooCommunicator(

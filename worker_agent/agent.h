@@ -198,6 +198,12 @@ class Agent {
   absl::Status StartStreams();
   /// The cache of this rank's communicators, over Gloo or NCCL.
   absl::Status StartCache();
+  /// The cache's group factory: `form`, timed for
+  /// `AgentOptions::on_group_formed` when that is set.
+  using GroupFactory =
+      std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+          const CommKey& key, const std::string& prefix)>;
+  GroupFactory TimedFactory(GroupFactory form);
   /// A Gloo communicator of this rank's for `key`, formed through the
   /// scheduler's store.
   absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(

@@ -19,9 +19,15 @@
 //          AdamW), reports the timings and appends one JSON line per task
 //          (and one per step, with its loss) to --log_file; exits 0 when
 //          the job is drained. --task_clock=cpu times each rank's own CPU
-//          work, for ranks that share a host's cores.
+//          work, for ranks that share a host's cores. It tells the
+//          scheduler it cannot follow a change of the world (its Gloo
+//          groups span it): --on_rank_failure=shrink refuses it.
+// simulate: as execute, but each task takes --simulate_task_time and
+//          nothing is trained (no model, no groups): the steps' reports and
+//          log lines without the compute, for control-plane tests and
+//          rehearsals; it follows a shrink or a grow of the world.
 //
-// Both modes answer the scheduler's start-up profile (--profile_at_start):
+// All modes answer the scheduler's start-up profile (--profile_at_start):
 // the agent times real forward and backward passes of the model over the
 // request's grid itself, on the CPU over Gloo, with their peak memory
 // (ModelExecutor::RunProfile), before any step arrives. That needs the
@@ -73,6 +79,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "comm/comm_backend.h"
+#include "common/current_build_info.h"
 #include "common/file_util.h"
 #include "common/grpc_credentials.h"
 #include "common/metrics/metrics.h"
@@ -95,7 +102,11 @@ ABSL_FLAG(int, world_size, 0,
           "World size the job was started with; 0 accepts the scheduler's.");
 ABSL_FLAG(std::string, mode, "execute",
           "execute: run the steps here on the CPU; serve: serve them to a "
-          "trainer on --socket.");
+          "trainer on --socket; simulate: take each task as "
+          "--simulate_task_time long without training (no model, no groups), "
+          "log and report it as execute mode does.");
+ABSL_FLAG(absl::Duration, simulate_task_time, absl::Milliseconds(10),
+          "Simulate mode: how long each task takes.");
 ABSL_FLAG(std::string, socket, "",
           "Unix-domain socket path of the serve mode (default "
           "/tmp/dcp-agent-<rank>.sock).");
@@ -148,6 +159,18 @@ ABSL_FLAG(std::string, metrics_port_file, "",
           "Write the bound metrics port to this file once serving.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(10),
           "Execute mode: how long to wait for the next step.");
+ABSL_FLAG(absl::Duration, max_backoff, absl::Seconds(5),
+          "Longest sleep between reconnections to the scheduler (the "
+          "back-off doubles from 100ms up to this).");
+ABSL_FLAG(absl::Duration, max_outage, absl::Minutes(10),
+          "How long the scheduler may stay unreachable before the agent "
+          "gives up (its trainer's NextStep then fails UNAVAILABLE); "
+          "shorter outages are a pause: reports are kept and delivered "
+          "once it is back.");
+ABSL_FLAG(int, max_pending_reports, 1024,
+          "Serve mode: trainer reports kept while the scheduler is "
+          "unreachable; beyond this the trainer is answered "
+          "RESOURCE_EXHAUSTED.");
 
 namespace dcp {
 namespace {
@@ -260,12 +283,21 @@ absl::StatusOr<v1::Profile> RunProfile(Agent& agent,
 absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
                      AgentMetrics* metrics) {
   ExecuteLoopOptions options;
-  ASSIGN_OR_RETURN(options.executor, ExecutorOptions(agent));
+  if (absl::GetFlag(FLAGS_mode) != "simulate") {
+    ASSIGN_OR_RETURN(options.executor, ExecutorOptions(agent));
+  }
+  if (metrics != nullptr) {
+    options.executor.on_group_formed = [metrics](absl::Duration d) {
+      metrics->OnGroupFormed(d);
+    };
+  }
   options.log_file = absl::GetFlag(FLAGS_log_file);
   options.max_steps = absl::GetFlag(FLAGS_max_steps);
   options.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   options.metrics = metrics;
   options.stopped = [&watcher] { return watcher.signalled(); };
+  options.simulate = absl::GetFlag(FLAGS_mode) == "simulate";
+  options.simulate_task_time = absl::GetFlag(FLAGS_simulate_task_time);
   AgentStepSource source(&agent);
   ASSIGN_OR_RETURN(const ExecuteSummary done, RunExecuteLoop(source, options));
   std::fprintf(stderr,
@@ -350,8 +382,22 @@ absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
   options.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
   options.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-  // Execute mode trains on c10d groups of its own: the agent forms none.
-  options.warm_groups = mode != "execute";
+  options.max_backoff = absl::GetFlag(FLAGS_max_backoff);
+  options.max_outage = absl::GetFlag(FLAGS_max_outage);
+  options.max_pending_reports = absl::GetFlag(FLAGS_max_pending_reports);
+  options.on_reconnect_failed = [rank = options.rank](
+                                    int failures, const absl::Status& last,
+                                    absl::Duration outage) {
+    std::fprintf(stderr,
+                 "%s dcp-agent rank %d: the scheduler is unreachable for %s "
+                 "(reconnection %d failed: %s)\n",
+                 Now().c_str(), rank, absl::FormatDuration(outage).c_str(),
+                 failures, std::string(last.message()).c_str());
+  };
+  // Execute mode trains on c10d groups of its own: the agent forms none,
+  // and its groups span the world, which it cannot change.
+  options.warm_groups = mode == "serve";
+  options.fixed_world = mode == "execute";
   RETURN_IF_ERROR(TaskClock().status());
   // Both modes profile here, before the first step (serve mode before its
   // trainer gets one).
@@ -361,11 +407,11 @@ absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
 
 absl::Status Run() {
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "execute" && mode != "serve") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode must be execute or serve, not '", mode, "'"));
+  if (mode != "execute" && mode != "serve" && mode != "simulate") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode must be execute, serve or simulate, not '", mode, "'"));
   }
-  ASSIGN_OR_RETURN(const AgentOptions options, OptionsFromFlags(mode));
+  ASSIGN_OR_RETURN(AgentOptions options, OptionsFromFlags(mode));
 
   SignalWatcher::BlockSignals();
   // Served from before the registration (which may wait for the scheduler),
@@ -374,9 +420,15 @@ absl::Status Run() {
   std::unique_ptr<AgentMetrics> metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
-    ASSIGN_OR_RETURN(metrics, AgentMetrics::Create(&registry));
+    ASSIGN_OR_RETURN(metrics,
+                     AgentMetrics::Create(&registry, CurrentBuildInfo()));
     ASSIGN_OR_RETURN(metrics_server,
                      StartMetricsServer(&registry, options.rank));
+    AgentMetrics* m = metrics.get();
+    options.on_step_received = [m](absl::Time planned, absl::Time received) {
+      m->OnStepReceived(planned, received);
+    };
+    options.on_group_formed = [m](absl::Duration d) { m->OnGroupFormed(d); };
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Agent> agent, Agent::Start(options));
   if (metrics != nullptr) {

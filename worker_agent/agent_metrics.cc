@@ -9,17 +9,19 @@
 namespace dcp {
 
 absl::StatusOr<std::unique_ptr<AgentMetrics>> AgentMetrics::Create(
-    MetricsRegistry* registry) {
+    MetricsRegistry* registry, BuildInfo build) {
   if (registry == nullptr) {
     return absl::InvalidArgumentError("AgentMetrics needs a registry");
   }
-  std::unique_ptr<AgentMetrics> metrics(new AgentMetrics(registry));
+  std::unique_ptr<AgentMetrics> metrics(
+      new AgentMetrics(registry, std::move(build)));
   RETURN_IF_ERROR(metrics->Register());
   return metrics;
 }
 
 absl::Status AgentMetrics::Register() {
   RETURN_IF_ERROR(RegisterExecuteFamilies());
+  RETURN_IF_ERROR(RegisterTimingFamilies());
   registry_->AddCollectHook([this] { TakeSnapshot(); });
   RETURN_IF_ERROR(RegisterIdentityFamilies());
   RETURN_IF_ERROR(RegisterStreamFamilies());
@@ -57,6 +59,43 @@ absl::Status AgentMetrics::RegisterExecuteFamilies() {
                  "Loss of the last step this rank trained (over the global "
                  "batch: the same on every rank)."));
 
+  return absl::OkStatus();
+}
+
+// The build, plan delivery and communicator formation.
+absl::Status AgentMetrics::RegisterTimingFamilies() {
+  MetricsRegistry& r = *registry_;
+  ASSIGN_OR_RETURN(GaugeFamily * build,
+                   r.AddGaugeFamily("dcp_agent_build_info",
+                                    "Always 1; labels name the version and "
+                                    "the git commit built (\"unknown\" "
+                                    "outside a git checkout).",
+                                    {"version", "commit"}));
+  ASSIGN_OR_RETURN(Gauge * one,
+                   build->WithLabels({build_.version, build_.commit}));
+  one->Set(1);
+  ASSIGN_OR_RETURN(
+      plan_delivery_,
+      r.AddHistogram(
+          "dcp_agent_plan_delivery_seconds",
+          "Seconds from the scheduler planning a step to this agent "
+          "receiving it, by the scheduler's and this host's wall clocks "
+          "(their skew included; negative values count as 0).",
+          {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+           2.5, 5, 10, 30, 60, 120}));
+  ASSIGN_OR_RETURN(
+      clock_skew_,
+      r.AddCounter("dcp_agent_plan_delivery_clock_skew_total",
+                   "Steps received before they were planned by the two "
+                   "clocks (this host's clock behind the scheduler's)."));
+  ASSIGN_OR_RETURN(
+      formation_,
+      r.AddHistogram("dcp_agent_communicator_formation_seconds",
+                     "Seconds to form each communicator group this rank "
+                     "formed (Gloo: rendezvous and connections; NCCL: the "
+                     "wait for its split).",
+                     {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                      1, 2.5, 5, 10, 30, 60, 120}));
   return absl::OkStatus();
 }
 
@@ -169,6 +208,19 @@ void AgentMetrics::OnStepExecuted(const StepExecution& step,
   }
   step_seconds_->Observe(absl::ToDoubleSeconds(wall_time));
   training_loss_->Set(step.loss);
+}
+
+void AgentMetrics::OnStepReceived(absl::Time planned, absl::Time received) {
+  double seconds = absl::ToDoubleSeconds(received - planned);
+  if (seconds < 0) {
+    clock_skew_->Increment();
+    seconds = 0;
+  }
+  plan_delivery_->Observe(seconds);
+}
+
+void AgentMetrics::OnGroupFormed(absl::Duration formation) {
+  formation_->Observe(absl::ToDoubleSeconds(formation));
 }
 
 void AgentMetrics::TakeSnapshot() {

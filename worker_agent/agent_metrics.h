@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/build_info.h"
 #include "common/metrics/metrics.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/step_execution.h"
@@ -32,13 +33,18 @@ struct AgentIdentity {
 ///   dropped as stale, reconnects, reports sent, profile runs, the
 ///   communicator cache's hits, misses, warm-ups, failures and live groups;
 /// - from the execute mode's loop (`OnStepExecuted`): steps executed, a
-///   histogram of task seconds and one of step seconds.
+///   histogram of task seconds and one of step seconds;
+/// - from the agent's callbacks (`AgentOptions::on_step_received`,
+///   `on_group_formed`, the executor's `on_group_formed`): plan delivery
+///   seconds (planned at the scheduler -> received here, by the two hosts'
+///   wall clocks: their skew is in the figure, and a negative one is
+///   counted and observed as 0) and communicator formation seconds.
 ///
 /// The rank is not a label of these series: Prometheus' target labels tell
 /// the agents apart (deploy/prometheus/prometheus.yml puts `rank` on each
 /// agent target), and `dcp_agent_rank` holds it as a value.
 ///
-/// Thread-safe; `OnStepExecuted` is lock-free. Registers its families in
+/// Thread-safe; the event methods are lock-free. Registers its families in
 /// the registry it is given, which must outlive it.
 ///
 ///   ASSIGN_OR_RETURN(std::unique_ptr<AgentMetrics> metrics,
@@ -49,10 +55,12 @@ struct AgentIdentity {
 ///   ... metrics->OnStepExecuted(done, absl::Now() - start);
 class AgentMetrics {
  public:
-  /// Registers every family in `registry` (not owned; required).
-  /// ALREADY_EXISTS when the registry has them already.
+  /// Registers every family in `registry` (not owned; required). `build`
+  /// labels `dcp_agent_build_info` (the daemon passes
+  /// `CurrentBuildInfo()`). ALREADY_EXISTS when the registry has them
+  /// already.
   static absl::StatusOr<std::unique_ptr<AgentMetrics>> Create(
-      MetricsRegistry* registry);
+      MetricsRegistry* registry, BuildInfo build = {kDcpVersion, "unknown"});
 
   AgentMetrics(const AgentMetrics&) = delete;
   AgentMetrics& operator=(const AgentMetrics&) = delete;
@@ -66,10 +74,20 @@ class AgentMetrics {
   /// time (tasks, their group checks, the report excluded).
   void OnStepExecuted(const StepExecution& step, absl::Duration wall_time);
 
+  /// A step planned at `planned` (the scheduler's clock) was received at
+  /// `received` (this agent's). A negative difference (clock skew) is
+  /// observed as 0 and counted.
+  void OnStepReceived(absl::Time planned, absl::Time received);
+
+  /// A communicator group took `formation` to form.
+  void OnGroupFormed(absl::Duration formation);
+
  private:
-  explicit AgentMetrics(MetricsRegistry* registry) : registry_(registry) {}
+  AgentMetrics(MetricsRegistry* registry, BuildInfo build)
+      : registry_(registry), build_(std::move(build)) {}
   absl::Status Register();
   absl::Status RegisterExecuteFamilies();
+  absl::Status RegisterTimingFamilies();
   absl::Status RegisterIdentityFamilies();
   absl::Status RegisterStreamFamilies();
   absl::Status RegisterCommunicatorFamilies();
@@ -83,6 +101,10 @@ class AgentMetrics {
   Histogram* task_seconds_ = nullptr;
   Histogram* step_seconds_ = nullptr;
   Gauge* training_loss_ = nullptr;
+  Histogram* plan_delivery_ = nullptr;
+  Counter* clock_skew_ = nullptr;
+  Histogram* formation_ = nullptr;
+  const BuildInfo build_;
 
   absl::Mutex mu_;
   std::function<AgentStats()> source_ ABSL_GUARDED_BY(mu_);

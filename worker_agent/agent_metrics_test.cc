@@ -125,6 +125,48 @@ TEST_F(AgentMetricsTest, CountsExecutedStepsAndTimesTasks) {
   EXPECT_DOUBLE_EQ(*Value("dcp_agent_step_seconds_sum"), 8.4);
 }
 
+TEST_F(AgentMetricsTest, PlanDeliveryClampsClockSkewToZeroAndCountsIt) {
+  const absl::Time planned = absl::FromUnixSeconds(1700000000);
+  metrics_->OnStepReceived(planned, planned + absl::Milliseconds(3));
+  metrics_->OnStepReceived(planned, planned + absl::Seconds(2));
+  // This host's clock 40 ms behind the scheduler's.
+  metrics_->OnStepReceived(planned, planned - absl::Milliseconds(40));
+  EXPECT_EQ(Value("dcp_agent_plan_delivery_seconds_count"), 3.0);
+  EXPECT_DOUBLE_EQ(*Value("dcp_agent_plan_delivery_seconds_sum"), 2.003);
+  EXPECT_EQ(Value("dcp_agent_plan_delivery_seconds_bucket", {{"le", "0.0005"}}),
+            1.0);  // the skewed one, as 0
+  EXPECT_EQ(Value("dcp_agent_plan_delivery_seconds_bucket", {{"le", "0.005"}}),
+            2.0);
+  EXPECT_EQ(Value("dcp_agent_plan_delivery_seconds_bucket", {{"le", "2.5"}}),
+            3.0);
+  EXPECT_EQ(Value("dcp_agent_plan_delivery_clock_skew_total"), 1.0);
+}
+
+TEST_F(AgentMetricsTest, HistogramsCommunicatorFormation) {
+  metrics_->OnGroupFormed(absl::Milliseconds(30));
+  metrics_->OnGroupFormed(absl::Seconds(3));
+  EXPECT_EQ(Value("dcp_agent_communicator_formation_seconds_count"), 2.0);
+  EXPECT_DOUBLE_EQ(*Value("dcp_agent_communicator_formation_seconds_sum"),
+                   3.03);
+  EXPECT_EQ(Value("dcp_agent_communicator_formation_seconds_bucket",
+                  {{"le", "0.05"}}),
+            1.0);
+  EXPECT_EQ(
+      Value("dcp_agent_communicator_formation_seconds_bucket", {{"le", "5"}}),
+      2.0);
+}
+
+TEST_F(AgentMetricsTest, BuildInfoNamesTheVersionAndCommit) {
+  MetricsRegistry registry;
+  ASSERT_TRUE(AgentMetrics::Create(&registry, {"1.2.3", "abc123"}).ok());
+  EXPECT_EQ(FindSample(registry.Collect(), "dcp_agent_build_info",
+                       {{"version", "1.2.3"}, {"commit", "abc123"}}),
+            1.0);
+  EXPECT_EQ(Value("dcp_agent_build_info",
+                  {{"version", kDcpVersion}, {"commit", "unknown"}}),
+            1.0);
+}
+
 TEST_F(AgentMetricsTest, RegistersOncePerRegistry) {
   EXPECT_EQ(AgentMetrics::Create(&registry_).status().code(),
             absl::StatusCode::kAlreadyExists);
@@ -136,6 +178,10 @@ TEST_F(AgentMetricsTest, PromtoolAcceptsTheAgentMetrics) {
   const AgentStats stats = CannedStats();
   metrics_->SetStatsSource([&] { return stats; }, {0, "s", "serve"});
   metrics_->OnStepExecuted(TwoTasks(0.01, 0.02), absl::Milliseconds(40));
+  const absl::Time planned = absl::FromUnixSeconds(1700000000);
+  metrics_->OnStepReceived(planned, planned + absl::Milliseconds(2));
+  metrics_->OnStepReceived(planned, planned - absl::Milliseconds(2));
+  metrics_->OnGroupFormed(absl::Milliseconds(12));
   const std::string text = registry_.RenderText();
   EXPECT_THAT(text, HasSubstr("# TYPE dcp_agent_task_seconds histogram\n"));
   absl::StatusOr<PromtoolResult> result =

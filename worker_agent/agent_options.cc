@@ -17,6 +17,12 @@ absl::Status CheckAgentOptions(const AgentOptions& o) {
                             o.world_size));
   }
   if (o.prefetch_depth < 1) return bad("prefetch_depth must be at least 1");
+  if (o.max_outage < absl::ZeroDuration()) {
+    return bad("max_outage must be >= 0");
+  }
+  if (o.max_pending_reports < 0) {
+    return bad("max_pending_reports must be >= 0");
+  }
   if (o.max_reconnect_attempts < 0) {
     return bad("max_reconnect_attempts must be >= 0");
   }

@@ -74,6 +74,11 @@ struct AgentOptions {
   /// `Agent::rendezvous_store()` and never calls `Group`; `Group` then forms
   /// Gloo groups on demand (NCCL needs the warm-up: see `comm_backend`).
   bool warm_groups = true;
+  /// The caller's training cannot follow a change of the world (dcp-agent's
+  /// execute mode: c10d Gloo groups over the whole world); told to the
+  /// scheduler, which then refuses the rank if it shrinks the world on a
+  /// failure (`--on_rank_failure=shrink`).
+  bool fixed_world = false;
   /// How long `Start` waits for the scheduler to answer the first Register
   /// (it may still be starting).
   absl::Duration connect_timeout = absl::Seconds(30);
@@ -86,8 +91,23 @@ struct AgentOptions {
   bool report_stream = true;
   /// After the plan stream breaks, how many reconnections in a row may fail
   /// before the agent gives up (NextStep then returns UNAVAILABLE). A
-  /// reconnection that delivers a message resets the count.
+  /// reconnection that delivers a message resets the count. The agent
+  /// gives up only once the scheduler has also been unreachable for
+  /// `max_outage` (on `clock`): a restart shorter than that is a pause to
+  /// the trainer (NextStep waits, reports are kept: `max_pending_reports`).
   int max_reconnect_attempts = 8;
+  absl::Duration max_outage = absl::Minutes(10);
+  /// Reports the trainer sent over the sidecar (`ReportTimingsAsync`) while
+  /// the scheduler was unreachable, kept in order and delivered once it is
+  /// back; the trainer is answered OK for them. Beyond this many it is
+  /// answered RESOURCE_EXHAUSTED.
+  int max_pending_reports = 1024;
+  /// Called on the plan stream's thread after each failed reconnection,
+  /// with the failures in a row, the last error and how long the scheduler
+  /// has been unreachable (dcp-agent logs it). Must be quick. May be empty.
+  std::function<void(int failures, const absl::Status& last,
+                     absl::Duration outage)>
+      on_reconnect_failed;
   /// How long `Shutdown` lets the group formations under way finish before
   /// it cancels them: peers still connecting to a member that leaves can be
   /// aborted by Gloo (`CommunicatorCache::Quiesce`).
@@ -138,6 +158,20 @@ struct AgentOptions {
   /// for a run in progress: formations end at once, a collective whose peer
   /// is gone by `rendezvous_timeout`.
   ProfileRunner run_profile;
+  /// Called on the plan stream's thread for each step it queues (not one
+  /// dropped as stale) that carries the scheduler's planned-at time
+  /// (`RankStep.planned_at_unix_micros`), with that time and this agent's
+  /// `clock` on receipt: the plan's delivery, as the agent measures it
+  /// (the two hosts' clock skew included). Must be quick. May be empty.
+  std::function<void(absl::Time planned, absl::Time received)>
+      on_step_received;
+  /// Called after each communicator group the agent forms (`Group`, the
+  /// warm-ups, `DataParallelGroup`), with how long the formation took on
+  /// `clock`: on Gloo the rendezvous and connections, on NCCL the wait
+  /// for the group's split off the epoch's world. On the forming thread;
+  /// not for failed formations. Must be thread-safe and quick. May be
+  /// empty.
+  std::function<void(absl::Duration)> on_group_formed;
 };
 
 /// INVALID_ARGUMENT naming the first option out of range.

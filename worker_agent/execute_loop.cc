@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "worker_agent/simulated_step.h"
 
 namespace dcp {
 namespace {
@@ -23,6 +25,22 @@ absl::Status AppendLog(std::ofstream& log, const std::string& path,
   return absl::OkStatus();
 }
 
+/// Runs `step`: trains it with `executor`, or simulates it (no executor).
+absl::StatusOr<StepExecution> RunOne(const v1::RankStep& step,
+                                     ModelExecutor* executor,
+                                     const ExecuteLoopOptions& options,
+                                     Clock& clock) {
+  if (executor != nullptr) return executor->RunStep(step);
+  StepExecution done = SimulateStep(step, options.simulate_task_time);
+  // The simulated work takes its time, so that the ranks pace like a job.
+  absl::Mutex mu;
+  const bool never = false;
+  absl::MutexLock lock(&mu);
+  clock.AwaitWithTimeout(&mu, absl::Condition(&never),
+                         options.simulate_task_time * step.tasks_size());
+  return done;
+}
+
 }  // namespace
 
 absl::StatusOr<ExecuteSummary> RunExecuteLoop(
@@ -35,11 +53,14 @@ absl::StatusOr<ExecuteSummary> RunExecuteLoop(
           absl::StrCat("cannot open --log_file '", options.log_file, "'"));
     }
   }
-  ModelExecutorOptions executor_options = options.executor;
-  executor_options.session_id = source.session_id();
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelExecutor> executor,
-                   ModelExecutor::Create(std::move(executor_options),
-                                         source.rendezvous_store()));
+  std::unique_ptr<ModelExecutor> executor;
+  if (!options.simulate) {
+    ModelExecutorOptions executor_options = options.executor;
+    executor_options.session_id = source.session_id();
+    ASSIGN_OR_RETURN(executor,
+                     ModelExecutor::Create(std::move(executor_options),
+                                           source.rendezvous_store()));
+  }
   Clock& clock =
       options.clock != nullptr ? *options.clock : *RealClock::Default();
   ExecuteSummary summary;
@@ -55,7 +76,8 @@ absl::StatusOr<ExecuteSummary> RunExecuteLoop(
     if (next->drained) break;
     const v1::RankStep& step = next->step;
     const absl::Time step_start = clock.Now();
-    ASSIGN_OR_RETURN(StepExecution done, executor->RunStep(step));
+    ASSIGN_OR_RETURN(StepExecution done,
+                     RunOne(step, executor.get(), options, clock));
     if (options.metrics != nullptr) {
       options.metrics->OnStepExecuted(done, clock.Now() - step_start);
     }

@@ -75,6 +75,11 @@ struct ExecuteLoopOptions {
   /// Times the steps for the metrics (wall time). Null: the system clock.
   /// Not owned.
   Clock* clock = nullptr;
+  /// Simulate instead of training (dcp-agent --mode=simulate): no model,
+  /// no groups; each task takes `simulate_task_time` on `clock`
+  /// (`SimulateStep`), so the ranks follow any change of the world.
+  bool simulate = false;
+  absl::Duration simulate_task_time = absl::Milliseconds(10);
 };
 
 /// How far `RunExecuteLoop` got.

@@ -211,5 +211,31 @@ TEST(ExecuteLoopTest, RejectsBadOptions) {
   EXPECT_TRUE(source.reports.empty());
 }
 
+TEST(ExecuteLoopTest, SimulateFollowsAnEpochChangeWithoutAModel) {
+  // No model, no store: simulate mode trains nothing and forms no group,
+  // so the world of the steps may change under it (a shrink, epoch 1).
+  v1::RankStep shrunk = StepOf(5, 0, {0, 2});
+  shrunk.set_epoch(1);
+  ScriptedSource source({StepOf(0, 0, {0, 1}), StepOf(1), shrunk}, nullptr);
+  ExecuteLoopOptions options;
+  options.simulate = true;
+  options.simulate_task_time = absl::Milliseconds(1);
+  options.log_file = ::testing::TempDir() + "/execute_loop_simulate.jsonl";
+  std::remove(options.log_file.c_str());
+  absl::StatusOr<ExecuteSummary> done = RunExecuteLoop(source, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->executed, 3);
+  EXPECT_EQ(done->last_step, 5);
+  ASSERT_EQ(source.reports.size(), 3u);
+  EXPECT_EQ(source.reports[2].epoch(), 1);
+  EXPECT_EQ(source.reports[2].step(), 5);
+  ASSERT_EQ(source.reports[2].tasks_size(), 1);
+  EXPECT_EQ(source.reports[2].tasks(0).group_size(), 2);
+  EXPECT_DOUBLE_EQ(source.reports[2].tasks(0).seconds(), 0.001);
+  const std::string log = ReadAll(options.log_file);
+  EXPECT_THAT(log, HasSubstr("\"epoch\":1"));
+  EXPECT_THAT(log, HasSubstr("\"group\":[0,2]"));
+}
+
 }  // namespace
 }  // namespace dcp

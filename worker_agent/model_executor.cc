@@ -107,6 +107,7 @@ absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
   group_options.rank = options.rank;
   group_options.hostname = options.hostname;
   group_options.timeout = options.group_timeout;
+  group_options.on_formed = options.on_group_formed;
   ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroups> groups,
                    ProcessGroups::Create(store, group_options));
   ASSIGN_OR_RETURN(

@@ -2,6 +2,7 @@
 #define DCP_WORKER_AGENT_MODEL_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,9 @@ struct ModelExecutorOptions {
   double learning_rate = 1e-3;
   /// Bound on forming a process group and on each of its collectives.
   absl::Duration group_timeout = absl::Seconds(120);
+  /// Told how long each process group took to form
+  /// (`ProcessGroups::Options::on_formed`). May be empty.
+  std::function<void(absl::Duration)> on_group_formed;
   /// Address this rank's Gloo device listens on and advertises.
   std::string hostname = "127.0.0.1";
   /// Sets torch's intra-op threads of this process (at::set_num_threads)

@@ -67,6 +67,8 @@ void PlanReader::GiveUp(absl::Status status) {
 void PlanReader::Loop(int64_t from_step) {
   int failures = 0;
   Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  // When the scheduler was last known reachable: the outage starts there.
+  std::optional<absl::Time> broke;
   while (true) {
     bool got_message = false;
     const absl::Status status = ReadStream(from_step, &got_message);
@@ -78,7 +80,9 @@ void PlanReader::Loop(int64_t from_step) {
     if (got_message) {
       failures = 0;
       backoff.Reset();
+      broke.reset();
     }
+    if (!broke.has_value()) broke = clock_->Now();
     if (absl::IsAborted(status)) {
       GiveUp(absl::FailedPreconditionError(
           absl::StrCat("the plan stream of rank ", options_.rank,
@@ -95,20 +99,24 @@ void PlanReader::Loop(int64_t from_step) {
         status.ok() ? absl::UnavailableError(
                           "the plan stream ended without a drain marker")
                     : status,
-        &failures, &backoff);
+        &failures, &backoff, *broke);
     if (!resume.has_value()) return;
     from_step = *resume;
   }
 }
 
 std::optional<int64_t> PlanReader::Reconnect(absl::Status last, int* failures,
-                                             Backoff* backoff) {
+                                             Backoff* backoff,
+                                             absl::Time broke) {
   while (true) {
-    if (++*failures > options_.max_reconnect_attempts) {
+    const absl::Duration outage = clock_->Now() - broke;
+    if (++*failures > options_.max_reconnect_attempts &&
+        outage >= options_.max_outage) {
       GiveUp(absl::UnavailableError(absl::StrCat(
           "the plan stream of rank ", options_.rank, " is lost (",
-          last.ToString(), "); gave up after ", options_.max_reconnect_attempts,
-          " reconnection attempts")));
+          last.ToString(), "); gave up after ", *failures - 1,
+          " reconnection attempts over ", absl::FormatDuration(outage),
+          " (max_outage ", absl::FormatDuration(options_.max_outage), ")")));
       return std::nullopt;
     }
     {
@@ -129,6 +137,9 @@ std::optional<int64_t> PlanReader::Reconnect(absl::Status last, int* failures,
         return std::nullopt;
       }
       last = again.status();
+      if (options_.on_reconnect_failed) {
+        options_.on_reconnect_failed(*failures, last, clock_->Now() - broke);
+      }
       continue;
     }
     if (absl::Status accepted = registration_->Accept(*again); !accepted.ok()) {
@@ -167,16 +178,20 @@ absl::Status PlanReader::ReadStream(int64_t from_step, bool* got_message) {
 void PlanReader::Dispatch(v1::PlanUpdate& update) {
   switch (update.update_case()) {
     case v1::PlanUpdate::kStep: {
+      const absl::Time received = options_.clock->Now();
       v1::RankStep& step = *update.mutable_step();
       const int64_t epoch = step.epoch();
       const int64_t index = step.step();
+      const int64_t planned = step.planned_at_unix_micros();
       const std::vector<v1::CommGroup> groups(step.groups().begin(),
                                               step.groups().end());
       // Steps arrive in order on this one thread, so every member sees the
       // groups it shares with another in the same order (the plan's).
-      if (mailbox_->Put(std::move(step)) && options_.on_groups) {
-        options_.on_groups(epoch, index, groups);
+      if (!mailbox_->Put(std::move(step))) break;
+      if (planned != 0 && options_.on_step_received) {
+        options_.on_step_received(absl::FromUnixMicros(planned), received);
       }
+      if (options_.on_groups) options_.on_groups(epoch, index, groups);
       break;
     }
     case v1::PlanUpdate::kDrain:

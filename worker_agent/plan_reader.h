@@ -27,8 +27,12 @@ namespace dcp {
 /// Configuration of a `PlanReader`.
 struct PlanReaderOptions {
   int rank = -1;
-  /// Reconnections in a row that may fail before the reader gives up.
+  /// Reconnections in a row that may fail before the reader gives up, and
+  /// how long the scheduler may stay unreachable (on `clock`, from the
+  /// stream's break): the reader gives up only when both are passed, so a
+  /// scheduler restart shorter than `max_outage` is only a pause.
   int max_reconnect_attempts = 8;
+  absl::Duration max_outage = absl::Minutes(10);
   /// Sleep before the first reconnection; doubles up to `max_backoff`.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
@@ -43,6 +47,16 @@ struct PlanReaderOptions {
                      const std::vector<v1::CommGroup>& groups)>
       on_groups;
   std::function<void(const v1::ProfileRequest&)> on_profile;
+  /// Run on the reader thread after each failed reconnection, with the
+  /// failures in a row, the last error and how long the scheduler has been
+  /// unreachable (for logs). May be empty.
+  std::function<void(int failures, const absl::Status& last,
+                     absl::Duration outage)>
+      on_reconnect_failed;
+  /// Run on the reader thread for each step put in the mailbox that has a
+  /// planned-at time, with it and `clock`'s time on receipt. May be empty.
+  std::function<void(absl::Time planned, absl::Time received)>
+      on_step_received;
 };
 
 /// The reader thread of the plan stream: opens StreamPlans from a step,
@@ -88,9 +102,10 @@ class PlanReader {
   absl::Status ReadStream(int64_t from_step, bool* got_message);
   /// Registers again after `backoff`s until one is accepted (returns the
   /// step to resume from) or the reader gives up (nullopt; the mailbox
-  /// holds why). `failures` counts the attempts in a row.
+  /// holds why). `failures` counts the attempts in a row, since the
+  /// stream broke at `broke`.
   std::optional<int64_t> Reconnect(absl::Status last, int* failures,
-                                   Backoff* backoff);
+                                   Backoff* backoff, absl::Time broke);
   void Dispatch(v1::PlanUpdate& update);
   /// The mailbox fails with `status`; nobody waits for a registration.
   void GiveUp(absl::Status status);

@@ -22,6 +22,7 @@ absl::StatusOr<v1::RegisterResponse> Registration::Register(
   request.set_gpu(options_.gpu);
   request.set_pid(static_cast<int64_t>(getpid()));
   request.set_world_size(options_.world_size);
+  request.set_fixed_world(options_.fixed_world);
   v1::RegisterResponse response;
   const absl::Status s =
       FromGrpcStatus(stub_->Register(&context, request, &response));

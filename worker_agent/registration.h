@@ -29,6 +29,8 @@ struct RegistrationOptions {
   int world_size = 0;
   /// What `AwaitRegisteredAgain` waits on. Not owned; required.
   Clock* clock = nullptr;
+  /// `AgentOptions::fixed_world`, told to the scheduler.
+  bool fixed_world = false;
 };
 
 /// The rank's registrations with the scheduler: the Register call, the

@@ -190,11 +190,16 @@ absl::Status ReportSender::ReportUnary(const v1::TimingReport& report) {
 }
 
 void ReportSender::ReportAsync(const v1::TimingReport& report,
-                               std::function<void(absl::Status)> done) {
+                               std::function<void(absl::Status)> answer) {
   if (absl::Status rank = CheckRank(report); !rank.ok()) {
-    done(rank);
+    answer(rank);
     return;
   }
+  // Runs before the callbacks' count drops, so the sender is alive.
+  auto done = [this, report, answer = std::move(answer)](absl::Status status) {
+    if (Undelivered(status)) status = Keep(report, std::move(status));
+    answer(std::move(status));
+  };
   std::shared_ptr<ReportStream> stream = CurrentStream();
   if (stream != nullptr) {
     {
@@ -232,14 +237,18 @@ void ReportSender::ReportUnaryAsync(const v1::TimingReport& report,
     v1::TimingReport report;
     v1::ReportAck ack;
   };
+  bool cancelled = false;
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_) {
-      done(ShutDownError());
-      return;
+    cancelled = cancelled_;
+    if (!cancelled) {
+      absl::MutexLock count(&async_calls_->mu);
+      ++async_calls_->in_flight;
     }
-    absl::MutexLock count(&async_calls_->mu);
-    ++async_calls_->in_flight;
+  }
+  if (cancelled) {
+    done(ShutDownError());  // Without the lock: `done` may keep the report.
+    return;
   }
   auto call = std::make_shared<Call>();
   call->report = report;
@@ -268,6 +277,66 @@ void ReportSender::Cancel() {
   cancelled_ = true;
 }
 
+ReportSender::~ReportSender() {
+  std::thread resender;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    resender = std::move(resender_);
+  }
+  if (resender.joinable()) resender.join();
+}
+
+bool ReportSender::Undelivered(const absl::Status& status) const {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         (absl::IsFailedPrecondition(status) && registration_->reconnecting());
+}
+
+absl::Status ReportSender::Keep(const v1::TimingReport& report,
+                                absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return status;
+  if (static_cast<int64_t>(kept_.size()) >= options_.max_pending_reports) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the scheduler is unreachable and ", kept_.size(),
+        " reports wait for it already (the agent's max_pending_reports); "
+        "step ", report.step(), ": ", status.message()));
+  }
+  kept_.push_back(report);
+  if (!resender_.joinable()) {
+    resender_ = std::thread([this] { ResendKept(); });
+  }
+  return absl::OkStatus();
+}
+
+void ReportSender::ResendKept() {
+  Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  while (true) {
+    v1::TimingReport report;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return cancelled_ || !kept_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (cancelled_) return;
+      report = kept_.front();
+    }
+    // The blocking path: the stream, then unary calls with retries.
+    const absl::Status status = Report(report);
+    const bool again = !status.ok() && Undelivered(status);
+    absl::MutexLock lock(&mu_);
+    if (!again) {
+      // Taken, or refused for good (a stale epoch): not kept either way.
+      kept_.pop_front();
+      backoff.Reset();
+      continue;
+    }
+    clock_->AwaitWithTimeout(&mu_, absl::Condition(&cancelled_),
+                             backoff.Next());
+  }
+}
+
 void ReportSender::AwaitCallbacks() {
   AsyncCalls& calls = *async_calls_;
   absl::MutexLock lock(&calls.mu);
@@ -285,6 +354,11 @@ int64_t ReportSender::sent() const {
 int64_t ReportSender::fallbacks() const {
   absl::MutexLock lock(&mu_);
   return fallbacks_;
+}
+
+int64_t ReportSender::pending() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(kept_.size());
 }
 
 }  // namespace dcp

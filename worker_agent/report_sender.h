@@ -2,9 +2,11 @@
 #define DCP_WORKER_AGENT_REPORT_SENDER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -33,6 +35,9 @@ struct ReportSenderOptions {
   /// What the waits (back-off, a streamed report's answer) are on. Not
   /// owned; required.
   Clock* clock = nullptr;
+  /// `ReportAsync` reports kept while the scheduler is unreachable, at most
+  /// (see the class comment).
+  int max_pending_reports = 1024;
 };
 
 /// Sends the rank's timing reports: on the open report stream (opened again
@@ -42,6 +47,16 @@ struct ReportSenderOptions {
 /// for as long as the plan stream is reconnecting), and
 /// FAILED_PRECONDITION at once when the rank registered again after a
 /// scheduler came back (`Registration::AwaitRegisteredAgain`).
+///
+/// `ReportAsync` (the sidecar's path) makes one attempt; a report it could
+/// not deliver because the scheduler is unreachable (UNAVAILABLE,
+/// DEADLINE_EXCEEDED, or FAILED_PRECONDITION while the plan stream is
+/// reconnecting: a restarted scheduler that does not know the rank yet) is
+/// kept, up to `max_pending_reports`, and answered OK; a thread of the
+/// sender's, started with the first such report, delivers the kept ones in
+/// order through `Report`, backing off while the scheduler stays away.
+/// Past the bound, RESOURCE_EXHAUSTED. Kept reports not delivered by
+/// `Cancel` are lost (`pending()` says how many).
 ///
 /// Thread-safe. Borrows the stub and the registration, which must outlive
 /// it. Shut down in order: `Cancel` (refuse, end back-offs), `CloseStreams`
@@ -70,6 +85,11 @@ class ReportSender {
   /// after the stream could not deliver them.
   int64_t sent() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t fallbacks() const ABSL_LOCKS_EXCLUDED(mu_);
+  /// Reports kept for delivery after an outage, not yet delivered.
+  int64_t pending() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Ends the resend thread (after `Cancel`) and joins it.
+  ~ReportSender();
 
  private:
   /// Counts ReportAsync calls whose callback has not finished; shared with
@@ -102,6 +122,15 @@ class ReportSender {
       ABSL_LOCKS_EXCLUDED(mu_);
   /// Counts a report the scheduler took over ReportTimings.
   void CountUnaryTaken() ABSL_LOCKS_EXCLUDED(mu_);
+  /// Whether `status` means the scheduler was away, not that it refused.
+  bool Undelivered(const absl::Status& status) const;
+  /// What `ReportAsync` answers for a report it could not deliver
+  /// (`status`): OK once kept for the resend thread, RESOURCE_EXHAUSTED
+  /// when full, `status` after `Cancel`.
+  absl::Status Keep(const v1::TimingReport& report, absl::Status status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  /// The resend thread's loop.
+  void ResendKept() ABSL_LOCKS_EXCLUDED(mu_);
 
   v1::Scheduler::Stub* const stub_;
   Registration* const registration_;
@@ -117,6 +146,10 @@ class ReportSender {
   std::vector<std::shared_ptr<ReportStream>> streams_ ABSL_GUARDED_BY(mu_);
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t fallbacks_ ABSL_GUARDED_BY(mu_) = 0;
+  /// Reports kept for the resend thread, oldest first; the front one may be
+  /// in delivery.
+  std::deque<v1::TimingReport> kept_ ABSL_GUARDED_BY(mu_);
+  std::thread resender_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dcp

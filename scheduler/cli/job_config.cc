@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "common/cluster_config.h"
 #include "common/status_macros.h"
 #include "scheduler/lengths/length_reader.h"
 
@@ -16,6 +17,17 @@ std::string ResolvePath(const std::string& path,
                         const std::string& working_dir) {
   if (path.empty() || path[0] == '/' || working_dir.empty()) return path;
   return working_dir + "/" + path;
+}
+
+absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
+                                            const std::string& working_dir) {
+  if (name_or_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--cluster_config must name a built-in cluster or a config file");
+  }
+  absl::StatusOr<ClusterSpec> builtin = BuiltinCluster(name_or_path);
+  if (builtin.ok()) return builtin;
+  return ResolveClusterConfig(ResolvePath(name_or_path, working_dir));
 }
 
 absl::StatusOr<std::vector<int32_t>> LoadLengths(const std::string& path,

@@ -38,6 +38,9 @@ struct JobConfig {
   /// Profile table (CSV) the planner's cost model is fitted to ("" = the
   /// data sheets alone).
   std::string profile;
+  /// The hardware the planner's prior comes from: a built-in cluster name
+  /// (`BuiltinClusterNames`) or a cluster config JSON file.
+  std::string cluster_config = "h200";
 };
 
 /// What `LoadJob` read.
@@ -58,6 +61,12 @@ absl::StatusOr<LoadedJob> LoadJob(const JobConfig& config,
                                   const ClusterSpec& cluster,
                                   double prior_weight,
                                   const std::string& working_dir);
+
+/// The cluster of a --cluster_config value: a built-in name, else a config
+/// file (relative to `working_dir` like every path). The parser's error
+/// naming the field, or NOT_FOUND naming the built-ins.
+absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
+                                            const std::string& working_dir);
 
 /// The user's working directory under `bazel run` (BUILD_WORKING_DIRECTORY),
 /// or "" when not run by Bazel.

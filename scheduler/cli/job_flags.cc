@@ -22,6 +22,9 @@ ABSL_FLAG(int, balance_steps, 0,
           "Steps the step builder looks ahead to even out steps (0 = off).");
 ABSL_FLAG(std::string, profile, "",
           "Profile table (CSV) the planner's cost model is fitted to.");
+ABSL_FLAG(std::string, cluster_config, "h200",
+          "The hardware of the planner's data-sheet prior: h200, h100-sxm, "
+          "a100-80g or a cluster config JSON file.");
 
 namespace dcp {
 
@@ -38,6 +41,7 @@ JobConfig JobConfigFromFlags() {
   config.seed = absl::GetFlag(FLAGS_seed);
   config.balance_steps = absl::GetFlag(FLAGS_balance_steps);
   config.profile = absl::GetFlag(FLAGS_profile);
+  config.cluster_config = absl::GetFlag(FLAGS_cluster_config);
   return config;
 }
 

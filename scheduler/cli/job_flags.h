@@ -7,9 +7,9 @@ namespace dcp {
 
 /// The `JobConfig` flags, defined once for every main that links this
 /// library: --lengths, --format, --column, --model, --model_config,
-/// --world_size, --window, --tokens_per_step, --seed, --balance_steps and
-/// --profile. Only mains depend on it (BUILD visibility); libraries take a
-/// `JobConfig`.
+/// --world_size, --window, --tokens_per_step, --seed, --balance_steps,
+/// --profile and --cluster_config. Only mains depend on it (BUILD visibility);
+/// libraries take a `JobConfig`.
 JobConfig JobConfigFromFlags();
 
 }  // namespace dcp

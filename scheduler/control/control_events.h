@@ -21,6 +21,30 @@ struct PlannedStepEvent {
   double predicted_seconds = 0;
   /// How long planning took, by the injected clock.
   absl::Duration planning_time;
+  /// Per task, in execution order: its sequence-parallel group size and
+  /// recompute ratio.
+  std::vector<int> task_group_sizes;
+  std::vector<double> task_recompute;
+  /// Each member rank's predicted busy seconds, ascending by rank (ranks a
+  /// shrink left out of the step are not in it): the planner's cost model's
+  /// times of the rank's tasks, summed (`PredictedRankBusySeconds`).
+  std::vector<double> predicted_rank_busy_seconds;
+};
+
+/// What the control plane tells its owner when the last rank reported a
+/// step (the step completed), for the metrics.
+struct StepCompletedEvent {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  /// The step's tokens (StepPlan.total_tokens).
+  int64_t tokens = 0;
+  /// The plan's predicted step time and the measured one: the slowest
+  /// rank's task seconds plus its sync seconds, as reported.
+  double predicted_seconds = 0;
+  double measured_seconds = 0;
+  /// Each member rank's reported task seconds, ascending by rank, sync
+  /// excluded.
+  std::vector<double> rank_busy_seconds;
 };
 
 /// What the control plane tells its owner after refitting its cost model.
@@ -78,6 +102,31 @@ struct ResumeEvent {
   int64_t refits = 0;
   /// Rendezvous keys restored.
   int64_t store_keys = 0;
+};
+
+/// What the control plane tells its owner when ranks are declared failed
+/// (`rank_timeout`) or return, for the logs: what was decided.
+struct RankFailureEvent {
+  /// The ranks declared failed (empty for a return).
+  std::vector<int> failed;
+  /// The rank that registered again (-1 for a failure).
+  int returned = -1;
+  /// "hold" or "shrink".
+  std::string policy;
+  /// Under hold: whether planning now waits (a rank is failed).
+  bool holding = false;
+  /// Under shrink: the epoch of the new world and its ranks; steps
+  /// [abandoned_from, abandoned_to) were abandoned and their
+  /// `reserved_samples` samples are planned again from step
+  /// `abandoned_to` on. For a return under shrink, `epoch` is the current
+  /// one: the rank joins with the next epoch, at the next step planned.
+  int64_t epoch = 0;
+  std::vector<int> members;
+  int64_t abandoned_from = 0;
+  int64_t abandoned_to = 0;
+  int64_t reserved_samples = 0;
+  /// Ranks registered and not failed, after the event.
+  int live_ranks = 0;
 };
 
 }  // namespace dcp

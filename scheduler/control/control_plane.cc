@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "scheduler/control/step_stats.h"
 #include "scheduler/planner/plan_proto.h"
 
 namespace dcp {
@@ -19,6 +20,26 @@ namespace {
 /// profile waits for its deadline (the clock is injected: nothing wakes the
 /// thread when it passes).
 constexpr absl::Duration kProfilePoll = absl::Milliseconds(100);
+
+/// How often the planner thread looks for failed ranks.
+absl::Duration LivenessPoll(absl::Duration rank_timeout) {
+  return std::clamp(rank_timeout / 10, absl::Milliseconds(10),
+                    absl::Seconds(1));
+}
+
+/// Renames the planner's ranks 0..n-1 of a world of `members` to theirs.
+void MapRanks(const std::vector<int>& members, v1::StepPlan& plan) {
+  for (v1::Task& task : *plan.mutable_tasks()) {
+    for (int i = 0; i < task.ranks_size(); ++i) {
+      task.set_ranks(i, members[task.ranks(i)]);
+    }
+  }
+  for (v1::CommGroup& group : *plan.mutable_groups()) {
+    for (int i = 0; i < group.ranks_size(); ++i) {
+      group.set_ranks(i, members[group.ranks(i)]);
+    }
+  }
+}
 
 std::string RandomSessionId() {
   absl::BitGen gen;
@@ -77,6 +98,14 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
       return bad("profile_repetitions must be at least 1");
     }
   }
+  if (o.rank_timeout > absl::ZeroDuration() &&
+      o.on_rank_failure == RankFailurePolicy::kShrink &&
+      o.state_store != nullptr) {
+    return bad(
+        "on_rank_failure=shrink cannot be combined with a state store yet: "
+        "the new epoch and the steps served again would not survive a "
+        "restart (use hold, or no --state_dir)");
+  }
   if (absl::StrContains(o.session_id, '/')) {
     return bad(
         absl::StrCat("session_id '", o.session_id, "' must not contain '/'"));
@@ -100,9 +129,13 @@ ProfileStageOptions ProfileOptions(const ControlPlaneOptions& o,
 
 StepWindowOptions WindowOptions(const ControlPlaneOptions& o,
                                 const std::string& session_id, Clock* clock) {
-  return {session_id,   o.world_size,        o.cluster.gpus_per_node,
-          o.model.name, o.max_message_bytes, o.lookahead_steps,
-          o.max_steps,  o.max_task_seconds,  clock};
+  StepWindowOptions window{
+      session_id,   o.world_size,        o.cluster.gpus_per_node,
+      o.model.name, o.max_message_bytes, o.lookahead_steps,
+      o.max_steps,  o.max_task_seconds,  clock};
+  window.rank_timeout = o.rank_timeout;
+  window.on_rank_failure = o.on_rank_failure;
+  return window;
 }
 
 KvStoreOptions StoreOptions(const ControlPlaneOptions& o,
@@ -244,7 +277,28 @@ absl::Status ControlPlane::BuildPlanner() {
   ASSIGN_OR_RETURN(Planner planner,
                    Planner::Create(InitialModel(options_), planner_options));
   planner_.emplace(std::move(planner));
+  planner_world_ = options_.world_size;
   return absl::OkStatus();
+}
+
+absl::Status ControlPlane::ReplacePlanner(int ranks) {
+  PlannerOptions planner_options = options_.planner;
+  planner_options.world_size = ranks;
+  int64_t version = -1;
+  std::optional<CostModel> model = ledger_.ModelIfNewer(&version);
+  ASSIGN_OR_RETURN(Planner planner,
+                   Planner::Create(*std::move(model), planner_options));
+  planner_.emplace(std::move(planner));
+  planner_model_version_ = version;
+  planner_world_ = ranks;
+  return absl::OkStatus();
+}
+
+void ControlPlane::CheckRanks() {
+  std::optional<RankFailureEvent> event = window_.CheckLiveness();
+  if (event.has_value() && options_.on_rank_event) {
+    options_.on_rank_event(*event);
+  }
 }
 
 absl::Status ControlPlane::ReplayBuilder(const DurableState& durable) {
@@ -393,8 +447,10 @@ void ControlPlane::PlannerLoop() {
     // waits for shutdown.
     absl::StatusOr<bool> planned = PlanOneStep();
     if (planned.ok() && *planned) continue;
-    AwaitWake(seen,
-              profile_.pending() ? kProfilePoll : absl::InfiniteDuration());
+    absl::Duration wait = absl::InfiniteDuration();
+    if (window_.detects_failures()) wait = LivenessPoll(options_.rank_timeout);
+    if (profile_.pending()) wait = std::min(wait, kProfilePoll);
+    AwaitWake(seen, wait);
   }
 }
 
@@ -421,6 +477,7 @@ void ControlPlane::EndProfileIfDue() {
 }
 
 absl::StatusOr<bool> ControlPlane::PlanOneStep() {
+  CheckRanks();
   EndProfileIfDue();
   // Before planning, so the step is planned with the refitted model.
   refits_.RunDue();
@@ -445,12 +502,21 @@ absl::StatusOr<bool> ControlPlane::PlanOneStep() {
 absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
   const std::optional<StepToPlan> next = window_.NextStepToPlan();
   if (!next.has_value()) return std::nullopt;
+  const int world = static_cast<int>(next->members.size());
+  if (world != planner_world_) {
+    if (absl::Status built = ReplacePlanner(world); !built.ok()) {
+      window_.FailPlanning(built);
+      return built;
+    }
+  }
   if (std::optional<CostModel> model =
           ledger_.ModelIfNewer(&planner_model_version_)) {
     planner_->set_cost_model(*std::move(model));
   }
   const absl::Time start = clock_->Now();
-  absl::StatusOr<std::vector<int64_t>> samples = builder_->NextStep();
+  // A step a shrink abandoned is trained again before new samples.
+  absl::StatusOr<std::vector<int64_t>> samples =
+      next->reserve_of >= 0 ? next->samples : builder_->NextStep();
   absl::StatusOr<StepPlan> plan =
       samples.ok() ? planner_->PlanStep(next->step, *samples, lengths_)
                    : absl::StatusOr<StepPlan>(samples.status());
@@ -462,7 +528,9 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
     return failure;
   }
   v1::StepPlan proto = ToProto(*plan, lengths_, next->epoch);
+  if (world != options_.world_size) MapRanks(next->members, proto);
   const absl::Duration planning_time = clock_->Now() - start;
+  proto.set_planned_at_unix_micros(absl::ToUnixMicros(clock_->Now()));
   // Durable before any stream can see it.
   if (absl::Status kept = PersistPlan(proto); !kept.ok()) {
     window_.FailPlanning(kept);
@@ -477,8 +545,18 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
   event.groups = proto.groups_size();
   event.predicted_seconds = proto.predicted_makespan_s();
   event.planning_time = planning_time;
+  for (const v1::Task& task : proto.tasks()) {
+    event.task_group_sizes.push_back(task.ranks_size());
+    event.task_recompute.push_back(task.recompute());
+  }
+  // The step's members only: ranks a shrink left out are not idle in it.
+  const std::vector<double> busy = PredictedRankBusySeconds(
+      proto, planner_->cost_model(), options_.world_size);
+  for (int r : next->members) {
+    event.predicted_rank_busy_seconds.push_back(busy[r]);
+  }
   // A drain or shutdown while planning discards the step.
-  if (!window_.AddPlannedStep(std::move(proto), next->step, next->epoch)) {
+  if (!window_.AddPlannedStep(std::move(proto), *next)) {
     return std::nullopt;
   }
   return event;
@@ -492,8 +570,15 @@ bool ControlPlane::AwaitPlanned(int64_t steps, absl::Duration timeout) const {
 
 absl::StatusOr<v1::RegisterResponse> ControlPlane::Register(
     const v1::RegisterRequest& request) {
-  ASSIGN_OR_RETURN(v1::RegisterResponse response, window_.Register(request));
+  std::optional<RankFailureEvent> returned;
+  ASSIGN_OR_RETURN(v1::RegisterResponse response,
+                   window_.Register(request, &returned));
   profile_.OnRegistration(clock_->Now());
+  if (returned.has_value()) {
+    // Hold ends, or a grow is due: the planner has work.
+    if (options_.on_rank_event) options_.on_rank_event(*returned);
+    WakePlanner();
+  }
   return response;
 }
 
@@ -547,8 +632,28 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
   }
   ASSIGN_OR_RETURN(RecordedTimings recorded, window_.RecordTimings(report));
   const int64_t planned_steps = recorded.planned_steps;
+  if (recorded.discarded) {
+    v1::ReportAck ack = Ack(planned_steps);
+    ack.set_discarded(true);
+    return ack;
+  }
+  // Under shrink the streams end only once the last step completed.
+  if (recorded.completed.has_value() && window_.detects_failures()) {
+    window_.WakeAll();
+  }
+  std::optional<StepCompletedEvent> completed;
+  if (recorded.completed.has_value() && options_.on_step_completed) {
+    const MeasuredStep& m = *recorded.completed;
+    completed = StepCompletedEvent{m.epoch,
+                                   m.step,
+                                   m.tokens,
+                                   m.predicted_seconds,
+                                   m.measured_seconds,
+                                   m.rank_busy_seconds};
+  }
   // A completed step opens the look-ahead; a due refit is the planner's.
   if (TakeRecorded(std::move(recorded))) WakePlanner();
+  if (completed.has_value()) options_.on_step_completed(*completed);
   return Ack(planned_steps);
 }
 

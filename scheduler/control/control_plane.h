@@ -118,6 +118,11 @@ struct ControlPlaneOptions {
   /// Called after each planned step, on the planning thread, without locks
   /// held. Must be thread-safe and quick (it delays planning).
   std::function<void(const PlannedStepEvent&)> on_step_planned;
+  /// Called when an accepted timing report completes its step (the last
+  /// rank reported it), on the reporting thread (a gRPC thread), without
+  /// locks held; not for the reports a resumed job records again. Must be
+  /// thread-safe and must not block.
+  std::function<void(const StepCompletedEvent&)> on_step_completed;
   /// Called after each refit, on the planner thread (or the caller of
   /// `PlanAvailableSteps`), never on a reporting thread, without locks
   /// held. Must be thread-safe and quick (it delays planning).
@@ -133,6 +138,20 @@ struct ControlPlaneOptions {
   /// Called once by `Start`, on its caller's thread, when it resumed a job
   /// from `state_store`.
   std::function<void(const ResumeEvent&)> on_resumed;
+  /// A registered rank whose plan stream is gone and that was not heard
+  /// from for this long (by `clock`) is declared failed; checked by the
+  /// planner thread every tenth of it (10 ms to 1 s). Zero: never (the
+  /// default here; dcp-scheduler's --rank_timeout defaults to 60 s).
+  absl::Duration rank_timeout = absl::ZeroDuration();
+  /// What a failure does: hold the job until the rank returns, or shrink
+  /// the world (see `StepWindow::CheckLiveness`). Shrink cannot be combined
+  /// with `state_store` yet (INVALID_ARGUMENT): the epoch change and the
+  /// re-served steps are not made durable.
+  RankFailurePolicy on_rank_failure = RankFailurePolicy::kHold;
+  /// Called when ranks are declared failed (on the planner thread) and
+  /// when a failed rank registers again (on the registering thread),
+  /// without locks held. Must be thread-safe and quick.
+  std::function<void(const RankFailureEvent&)> on_rank_event;
 };
 
 /// The core of dcp-scheduler: plans steps ahead of the agents, hands each
@@ -379,6 +398,11 @@ class ControlPlane {
 
   /// Builds the step builder and the planner.
   absl::Status BuildPlanner();
+  /// A planner for a world of `ranks` with the ledger's current model.
+  absl::Status ReplacePlanner(int ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
+  /// Declares failed ranks and tells the owner (`on_rank_event`).
+  void CheckRanks();
   /// Resumes the job `durable` holds (see the class comment).
   absl::Status Resume(const DurableState& durable);
   /// Replays the step builder through the `durable` steps planned, checking
@@ -415,6 +439,8 @@ class ControlPlane {
   mutable absl::Mutex plan_mu_;
   std::optional<StepBuilder> builder_ ABSL_GUARDED_BY(plan_mu_);
   std::optional<Planner> planner_ ABSL_GUARDED_BY(plan_mu_);
+  /// Ranks the planner plans for (the current world's size).
+  int planner_world_ ABSL_GUARDED_BY(plan_mu_) = 0;
   /// The version of the ledger's model the planner has, and the one last
   /// written to the state store.
   int64_t planner_model_version_ ABSL_GUARDED_BY(plan_mu_) = 0;

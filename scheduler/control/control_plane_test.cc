@@ -902,14 +902,32 @@ TEST_F(ControlPlaneTest, PlannerThreadPlansAheadAndShutdownEndsStreams) {
   auto cp = Start(o);
   ASSERT_NE(cp, nullptr);
   RegisterAll(*cp);
-  std::atomic<int> wakes{0};
-  const int64_t s = *cp->OpenStream(0, "sess", 0, [&] { ++wakes; });
+  // The planner thread may plan the first steps before the stream opens
+  // (planning needs no registration), so only the wake for the step the
+  // report below lets it plan is certain.
+  absl::Mutex wake_mu;
+  int wakes = 0;
+  const int64_t s = *cp->OpenStream(0, "sess", 0, [&] {
+    absl::MutexLock lock(&wake_mu);
+    ++wakes;
+  });
   ASSERT_TRUE(cp->AwaitPlanned(3, absl::Seconds(20)));
   EXPECT_FALSE(cp->AwaitPlanned(4, absl::Milliseconds(50)));  // look-ahead
-  EXPECT_GE(wakes.load(), 3);
   EXPECT_EQ(Pull(*cp, s).size(), 3u);
+  int wakes_before_report = 0;
+  {
+    absl::MutexLock lock(&wake_mu);
+    wakes_before_report = wakes;
+  }
   ReportStep(*cp, 0);
   ASSERT_TRUE(cp->AwaitPlanned(4, absl::Seconds(20)));
+  {
+    absl::MutexLock lock(&wake_mu);
+    const auto woken = [&] { return wakes > wakes_before_report; };
+    EXPECT_TRUE(wake_mu.AwaitWithTimeout(absl::Condition(&woken),
+                                         absl::Seconds(20)))
+        << "no wake for step 3";
+  }
   std::vector<StreamNext> sent = Pull(*cp, s);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].update->step().step(), 3);
@@ -923,6 +941,79 @@ TEST_F(ControlPlaneTest, PlannerThreadPlansAheadAndShutdownEndsStreams) {
   EXPECT_FALSE(cp->AwaitPlanned(100, absl::Seconds(20)));  // returns at once
   cp.reset();  // joins the planner thread
   EXPECT_GE(planned.load(), 4);
+}
+
+TEST_F(ControlPlaneTest, ShrinkReplansTheOpenStepsForTheRemainingRanks) {
+  ControlPlaneOptions o = Options();
+  o.rank_timeout = absl::Seconds(10);
+  o.on_rank_failure = RankFailurePolicy::kShrink;
+  std::vector<RankFailureEvent> events;
+  o.on_rank_event = [&](const RankFailureEvent& e) { events.push_back(e); };
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  std::vector<int64_t> streams;
+  for (int r = 0; r < kWorld; ++r) {
+    streams.push_back(*cp->OpenStream(r, "sess", 0, [] {}));
+  }
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  ReportStep(*cp, 0);
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 1);  // Steps 1..3 open.
+  std::vector<std::vector<int64_t>> open;
+  for (int64_t s = 1; s <= 3; ++s) {
+    const v1::StepPlan plan = *cp->PlannedStep(s);
+    open.emplace_back(plan.samples().begin(), plan.samples().end());
+    std::sort(open.back().begin(), open.back().end());
+  }
+  const int lost = kWorld - 1;
+  cp->CloseStream(streams[lost]);
+  clock_.Advance(absl::Seconds(10));
+  // The check runs before planning: steps 4..6 re-serve steps 1..3.
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].failed, std::vector<int>{lost});
+  EXPECT_EQ(events[0].abandoned_from, 1);
+  EXPECT_EQ(events[0].abandoned_to, 4);
+  for (int64_t s = 4; s <= 6; ++s) {
+    const v1::StepPlan plan = *cp->PlannedStep(s);
+    EXPECT_EQ(plan.epoch(), 1);
+    std::vector<int64_t> samples(plan.samples().begin(), plan.samples().end());
+    std::sort(samples.begin(), samples.end());
+    EXPECT_EQ(samples, open[s - 4]) << "step " << s;
+    for (const v1::Task& task : plan.tasks()) {
+      for (int r : task.ranks()) EXPECT_NE(r, lost) << "step " << s;
+    }
+    for (const v1::CommGroup& group : plan.groups()) {
+      EXPECT_THAT(group.rendezvous_prefix(), HasSubstr("sess/e1/"));
+    }
+  }
+  // A late report of an abandoned step is acknowledged and dropped.
+  const v1::StepPlan abandoned_plan = [&] {
+    v1::StepPlan p = *cp->PlannedStep(4);
+    p.set_step(2);
+    p.set_epoch(0);
+    return p;
+  }();
+  absl::StatusOr<v1::ReportAck> late =
+      cp->ReportTimings(Report(RankView(abandoned_plan, 0)));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->discarded());
+  const v1::StatusResponse status = cp->Status();
+  EXPECT_EQ(status.epoch(), 1);
+  EXPECT_EQ(status.epoch_world_size(), kWorld - 1);
+  EXPECT_EQ(status.abandoned_steps(), 3);
+  EXPECT_EQ(status.on_rank_failure(), "shrink");
+}
+
+TEST_F(ControlPlaneTest, ShrinkIsRefusedWithAStateStore) {
+  ControlPlaneOptions o = Options();
+  o.rank_timeout = absl::Seconds(10);
+  o.on_rank_failure = RankFailurePolicy::kShrink;
+  FakeStateStore store;
+  o.state_store = &store;
+  const absl::Status refused = ControlPlane::Start(o).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("shrink"));
 }
 
 }  // namespace

@@ -52,6 +52,36 @@ absl::Status CheckStep(absl::string_view who, const v1::TimingReport& report,
   return absl::OkStatus();
 }
 
+/// The optional details of a task timing: sample lengths as planned (when
+/// given), a recompute ratio in [0, 1] and a memory peak >= 0.
+absl::Status CheckTaskDetails(absl::string_view who, int index,
+                              const v1::TaskTiming& timing,
+                              const v1::Task& task) {
+  const int given = timing.sample_lengths_size();
+  if (given != 0) {
+    const int planned = task.lengths_size();
+    int i = 0;
+    while (i < given && i < planned &&
+           timing.sample_lengths(i) == task.lengths(i)) {
+      ++i;
+    }
+    if (i < given || i < planned) {
+      return Invalid(who, "task ", index, ": sample_lengths (", given,
+                     " samples) differ from the plan's (", planned,
+                     " samples) at sample ", i);
+    }
+  }
+  if (!(timing.recompute() >= 0 && timing.recompute() <= 1)) {
+    return Invalid(who, "task ", index, ": recompute ", timing.recompute(),
+                   " is not in [0, 1]");
+  }
+  if (timing.peak_memory_bytes() < 0) {
+    return Invalid(who, "task ", index, ": peak_memory_bytes ",
+                   timing.peak_memory_bytes(), " is negative");
+  }
+  return absl::OkStatus();
+}
+
 /// Checks one task timing of `rank` against the plan's task; `seen` marks
 /// the tasks of the report checked before it.
 absl::Status CheckTaskTiming(absl::string_view who, int rank,
@@ -88,7 +118,7 @@ absl::Status CheckTaskTiming(absl::string_view who, int rank,
     return Invalid(who, "task ", index, " ran ", timing.tokens(),
                    " tokens but the plan has ", tokens);
   }
-  return absl::OkStatus();
+  return CheckTaskDetails(who, index, timing, task);
 }
 
 }  // namespace

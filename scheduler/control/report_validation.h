@@ -67,6 +67,12 @@ struct MeasuredStep {
   double max_busy_seconds = 0;
   /// Whether a rank reported a sync time (> 0; 0 means "not measured").
   bool sync_reported = false;
+  /// The step, its tokens and each member rank's task seconds (ascending
+  /// by rank; ranks a shrink left out of the step are not in it).
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int64_t tokens = 0;
+  std::vector<double> rank_busy_seconds;
 };
 
 /// INVALID_ARGUMENT naming the world when `rank` is outside it.

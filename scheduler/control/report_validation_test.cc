@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/control/test_plan.h"
@@ -150,6 +151,34 @@ TEST_F(ReportValidationTest, RejectsBadTasks) {
   r.mutable_tasks(0)->set_group_size(0);
   r.mutable_tasks(0)->set_tokens(0);
   EXPECT_TRUE(ValidateTimingReport(r, Known(1), limits_).ok());
+}
+
+TEST_F(ReportValidationTest, RejectsSampleLengthsRecomputeAndMemoryOffPlan) {
+  // Rank 0 runs task 0 alone among its tasks: samples of 100 and 300 tokens.
+  const v1::TimingReport good = TimingsOf(plan_, 0, 0.25);
+  v1::TimingReport r = good;
+  r.mutable_tasks(0)->add_sample_lengths(100);
+  r.mutable_tasks(0)->add_sample_lengths(300);
+  EXPECT_TRUE(ValidateTimingReport(r, Known(0), limits_).ok());
+  r.mutable_tasks(0)->set_sample_lengths(1, 299);
+  ExpectRejected(r, Known(0), absl::StatusCode::kInvalidArgument,
+                 "task 0: sample_lengths (2 samples) differ from the plan's "
+                 "(2 samples) at sample 1");
+  r.mutable_tasks(0)->set_sample_lengths(1, 300);
+  r.mutable_tasks(0)->add_sample_lengths(5);
+  ExpectRejected(r, Known(0), absl::StatusCode::kInvalidArgument,
+                 "(3 samples) differ from the plan's (2 samples) at sample 2");
+  for (double recompute :
+       {-0.5, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    r = good;
+    r.mutable_tasks(0)->set_recompute(recompute);
+    ExpectRejected(r, Known(0), absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("task 0: recompute ", recompute));
+  }
+  r = good;
+  r.mutable_tasks(0)->set_peak_memory_bytes(-1);
+  ExpectRejected(r, Known(0), absl::StatusCode::kInvalidArgument,
+                 "task 0: peak_memory_bytes -1 is negative");
 }
 
 TEST_F(ReportValidationTest, ProfileEntriesBecomeSingleSequenceObservations) {

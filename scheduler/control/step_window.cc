@@ -42,13 +42,26 @@ StepWindow::StepWindow(StepWindowOptions options)
       limits_{options_.world_size, options_.gpus_per_node,
               options_.max_task_seconds},
       clock_(options_.clock),
-      ranks_(options_.world_size) {}
+      ranks_(options_.world_size),
+      liveness_({options_.world_size, options_.rank_timeout}),
+      members_(options_.world_size, true) {}
 
 // ----------------------------------------------------------- registration
 
 absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
-    const v1::RegisterRequest& request) {
+    const v1::RegisterRequest& request,
+    std::optional<RankFailureEvent>* returned) {
   RETURN_IF_ERROR(CheckRank(request.rank(), options_.world_size));
+  if (request.fixed_world() && detects_failures() &&
+      options_.on_rank_failure == RankFailurePolicy::kShrink) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", request.rank(),
+        " cannot follow a change of the world (an execute-mode agent: its "
+        "Gloo training groups span the whole world), and this scheduler "
+        "shrinks the world when a rank fails (--on_rank_failure=shrink); "
+        "run the scheduler with --on_rank_failure=hold, or the agents in "
+        "another mode"));
+  }
   if (request.world_size() != 0 &&
       request.world_size() != options_.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -73,6 +86,20 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
     rank.gpu = request.gpu();
     rank.pid = request.pid();
     rank.last_seen = clock_->Now();
+    if (liveness_.OnRegistered(request.rank(), rank.last_seen) &&
+        returned != nullptr) {
+      RankFailureEvent& event = returned->emplace();
+      event.returned = request.rank();
+      event.policy =
+          std::string(RankFailurePolicyName(options_.on_rank_failure));
+      event.holding = Holding();
+      event.epoch = epoch_;
+      event.live_ranks = liveness_.live_ranks();
+      const std::vector<bool> next = NextMembers();
+      for (int r = 0; r < options_.world_size; ++r) {
+        if (next[r]) event.members.push_back(r);
+      }
+    }
 
     response.set_session_id(options_.session_id);
     response.set_epoch(epoch_);
@@ -88,7 +115,7 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
 
 int64_t StepWindow::NextUnreported(int rank) const {
   for (size_t i = 0; i < window_.size(); ++i) {
-    if (!window_[i].reported[rank]) {
+    if (window_[i].members[rank] && !window_[i].reported[rank]) {
       return completed_steps_ + static_cast<int64_t>(i);
     }
   }
@@ -155,6 +182,7 @@ absl::StatusOr<int64_t> StepWindow::OpenStream(int rank,
     stream.wake = std::make_shared<std::function<void()>>(std::move(wake));
     ranks_[rank].stream = id;
     ranks_[rank].last_seen = clock_->Now();
+    liveness_.OnStreamOpened(rank, ranks_[rank].last_seen);
   }
   Call(old_wake);
   return id;
@@ -177,14 +205,19 @@ StreamNext StepWindow::NextForStream(
     rank.last_seen = clock_->Now();
     return Send(profile_request);
   }
-  const int64_t step = std::max(stream.cursor, completed_steps_);
+  int64_t step = std::max(stream.cursor, completed_steps_);
+  // Steps of a world without the rank are not its.
+  while (step < planned_steps_ &&
+         !window_[step - completed_steps_].members[stream.rank]) {
+    stream.cursor = ++step;
+  }
   if (step < planned_steps_) {
     stream.cursor = step + 1;
     rank.last_sent_step = std::max(rank.last_sent_step, step);
     rank.last_seen = clock_->Now();
     return Send(window_[step - completed_steps_].updates[stream.rank]);
   }
-  if (draining_) {
+  if (StreamsDrain()) {
     auto update = std::make_shared<v1::PlanUpdate>();
     update->mutable_drain()->set_last_step(planned_steps_ - 1);
     stream.drain_sent = true;
@@ -198,7 +231,10 @@ void StepWindow::CloseStream(int64_t stream_id) {
   auto it = streams_.find(stream_id);
   if (it == streams_.end()) return;
   RankState& rank = ranks_[it->second.rank];
-  if (rank.stream == stream_id) rank.stream = 0;
+  if (rank.stream == stream_id) {
+    rank.stream = 0;
+    liveness_.OnStreamClosed(it->second.rank, clock_->Now());
+  }
   streams_.erase(it);
 }
 
@@ -224,6 +260,15 @@ absl::StatusOr<AcceptedTimings> StepWindow::ValidateLocked(
   known.planned_steps = planned_steps_;
   known.completed_steps = completed_steps_;
   if (record != nullptr) {
+    // A step planned before a grow is still its own epoch's.
+    known.epoch = record->plan.epoch();
+    if (!record->members[rank]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " is not in the world of step ", report.step(),
+          " (epoch ", record->plan.epoch(),
+          "): it was left out when it failed, and is in the world again "
+          "from the next epoch on"));
+    }
     known.plan = &record->plan;
     known.rank_tasks = record->updates[rank]->step().tasks_size();
     known.already_reported = record->reported[rank];
@@ -234,6 +279,7 @@ absl::StatusOr<AcceptedTimings> StepWindow::ValidateLocked(
 absl::Status StepWindow::CheckTimings(const v1::TimingReport& report) const {
   RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
   absl::MutexLock lock(&mu_);
+  if (AbandonedLocked(report.step())) return absl::OkStatus();
   return ValidateLocked(report, KeptLocked(report.step()), /*replay=*/false)
       .status();
 }
@@ -253,6 +299,14 @@ absl::StatusOr<RecordedTimings> StepWindow::Record(
   RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
   const int rank = report.rank();
   absl::MutexLock lock(&mu_);
+  if (AbandonedLocked(report.step())) {
+    liveness_.OnSeen(rank, clock_->Now());
+    RecordedTimings discarded;
+    discarded.discarded = true;
+    discarded.completed_steps = completed_steps_;
+    discarded.planned_steps = planned_steps_;
+    return discarded;
+  }
   StepRecord* record = KeptLocked(report.step());
   ASSIGN_OR_RETURN(AcceptedTimings accepted,
                    ValidateLocked(report, record, replay));
@@ -260,13 +314,21 @@ absl::StatusOr<RecordedTimings> StepWindow::Record(
 
   RecordedTimings recorded;
   recorded.observations = std::move(accepted.observations);
-  if (record->reports == options_.world_size) {
+  if (record->reports == record->member_count) {
     MeasuredStep& step = recorded.completed.emplace();
     step.predicted_seconds = record->plan.predicted_makespan_s();
     step.measured_seconds = *std::max_element(record->rank_seconds.begin(),
                                               record->rank_seconds.end());
     step.max_busy_seconds = record->max_busy;
     step.sync_reported = record->sync_reported;
+    step.epoch = record->plan.epoch();
+    step.step = record->plan.step();
+    step.tokens = record->plan.total_tokens();
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (record->members[r]) {
+        step.rank_busy_seconds.push_back(record->rank_busy[r]);
+      }
+    }
     AdvanceCompleted();  // `record` may be gone after this.
   }
   recorded.completed_steps = completed_steps_;
@@ -278,6 +340,7 @@ void StepWindow::Accept(StepRecord& record, int rank, int64_t step,
                         const AcceptedTimings& accepted) {
   record.reported[rank] = true;
   record.rank_seconds[rank] = accepted.busy_seconds + accepted.sync_seconds;
+  record.rank_busy[rank] = accepted.busy_seconds;
   record.max_busy = std::max(record.max_busy, accepted.busy_seconds);
   record.sync_reported = record.sync_reported || accepted.sync_seconds > 0;
   ++record.reports;
@@ -285,10 +348,12 @@ void StepWindow::Accept(StepRecord& record, int rank, int64_t step,
   state.last_reported_step = std::max(state.last_reported_step, step);
   ++state.reported_steps;
   state.last_seen = clock_->Now();
+  liveness_.OnSeen(rank, state.last_seen);
 }
 
 void StepWindow::AdvanceCompleted() {
-  while (!window_.empty() && window_.front().reports == options_.world_size) {
+  while (!window_.empty() &&
+         window_.front().reports == window_.front().member_count) {
     window_.pop_front();
     ++completed_steps_;
   }
@@ -300,6 +365,7 @@ absl::Status StepWindow::CheckProfileSender(int rank, int64_t epoch) {
   RETURN_IF_ERROR(CheckSender(absl::StrCat("profile of rank ", rank), rank,
                               ranks_[rank].registered, epoch, epoch_));
   ranks_[rank].last_seen = clock_->Now();
+  liveness_.OnSeen(rank, ranks_[rank].last_seen);
   return absl::OkStatus();
 }
 
@@ -310,20 +376,58 @@ int64_t StepWindow::planned_steps() const {
 
 // ----------------------------------------------------------------- planning
 
+bool StepWindow::PlannedAll() const {
+  return options_.max_steps > 0 &&
+         planned_steps_ - reserved_planned_ >= options_.max_steps &&
+         reserve_.empty();
+}
+
+bool StepWindow::StreamsDrain() const {
+  if (draining_) return true;
+  if (!PlannedAll()) return false;
+  // Under shrink a failure may still abandon planned steps, whose samples
+  // then need planning again: the job ends when its last step completed.
+  return !(detects_failures() &&
+           options_.on_rank_failure == RankFailurePolicy::kShrink) ||
+         window_.empty();
+}
+
+bool StepWindow::Holding() const {
+  return options_.on_rank_failure == RankFailurePolicy::kHold &&
+         liveness_.failed_ranks() > 0;
+}
+
+std::vector<bool> StepWindow::NextMembers() const {
+  if (options_.on_rank_failure != RankFailurePolicy::kShrink) return members_;
+  std::vector<bool> next(options_.world_size);
+  for (int r = 0; r < options_.world_size; ++r) next[r] = !liveness_.failed(r);
+  return next;
+}
+
 bool StepWindow::HasWork() const {
-  return !shutdown_ && !draining_ && planner_error_.ok() &&
+  return !shutdown_ && !draining_ && planner_error_.ok() && !Holding() &&
          planned_steps_ < completed_steps_ + options_.lookahead_steps &&
-         (options_.max_steps == 0 || planned_steps_ < options_.max_steps);
+         !PlannedAll();
 }
 
 std::optional<StepToPlan> StepWindow::NextStepToPlan() const {
   absl::MutexLock lock(&mu_);
   if (!HasWork()) return std::nullopt;
-  return StepToPlan{planned_steps_, epoch_};
+  const std::vector<bool> next = NextMembers();
+  StepToPlan out{planned_steps_, next == members_ ? epoch_ : epoch_ + 1};
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (next[r]) out.members.push_back(r);
+  }
+  if (out.members.empty()) return std::nullopt;  // Every rank failed.
+  if (!reserve_.empty()) {
+    out.reserve_of = reserve_.front().step;
+    out.samples = reserve_.front().samples;
+  }
+  return out;
 }
 
-StepWindow::StepRecord StepWindow::MakeRecord(v1::StepPlan plan,
-                                              int64_t epoch) const {
+StepWindow::StepRecord StepWindow::MakeRecord(
+    v1::StepPlan plan, int64_t epoch, const std::vector<bool>& members) const {
   StepRecord record;
   record.plan = std::move(plan);
   for (v1::CommGroup& group : *record.plan.mutable_groups()) {
@@ -341,20 +445,98 @@ StepWindow::StepRecord StepWindow::MakeRecord(v1::StepPlan plan,
   }
   record.reported.assign(options_.world_size, false);
   record.rank_seconds.assign(options_.world_size, 0.0);
+  record.members = members;
+  record.member_count =
+      static_cast<int>(std::count(members.begin(), members.end(), true));
+  record.rank_busy.assign(options_.world_size, 0.0);
   return record;
 }
 
 bool StepWindow::AddPlannedStep(v1::StepPlan plan, int64_t step,
                                 int64_t epoch) {
-  StepRecord record = MakeRecord(std::move(plan), epoch);
+  StepToPlan planned{step, epoch};
+  for (int r = 0; r < options_.world_size; ++r) planned.members.push_back(r);
+  return AddPlannedStep(std::move(plan), planned);
+}
+
+bool StepWindow::AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned) {
+  std::vector<bool> members(options_.world_size, false);
+  for (int r : planned.members) members[r] = true;
+  StepRecord record = MakeRecord(std::move(plan), planned.epoch, members);
   absl::MutexLock lock(&mu_);
-  if (!HasWork() || epoch != epoch_ || step != planned_steps_) return false;
+  if (!HasWork() || planned.step != planned_steps_) return false;
+  if (planned.epoch != epoch_) {
+    // The first step of a new world (a grow; a shrink moved the epoch on
+    // already). Only the planning thread moves epochs forward this way.
+    if (planned.epoch != epoch_ + 1) return false;
+    epoch_ = planned.epoch;
+    members_ = members;
+  } else if (members != members_) {
+    return false;
+  }
+  if (planned.reserve_of >= 0) {
+    if (reserve_.empty() || reserve_.front().step != planned.reserve_of) {
+      return false;
+    }
+    reserve_.pop_front();
+    ++reserved_planned_;
+  }
   window_.push_back(std::move(record));
   ++planned_steps_;
-  if (options_.max_steps > 0 && planned_steps_ >= options_.max_steps) {
-    draining_ = true;
-  }
   return true;
+}
+
+bool StepWindow::AbandonedLocked(int64_t step) const {
+  for (const auto& [from, to] : abandoned_ranges_) {
+    if (step >= from && step < to) return true;
+  }
+  return false;
+}
+
+void StepWindow::ShrinkLocked(RankFailureEvent& event) {
+  const std::vector<bool> next = NextMembers();
+  if (std::count(next.begin(), next.end(), true) == 0) return;
+  ++epoch_;
+  members_ = next;
+  event.abandoned_from = completed_steps_;
+  event.abandoned_to = planned_steps_;
+  for (StepRecord& record : window_) {
+    Abandoned& a = reserve_.emplace_back();
+    a.step = record.plan.step();
+    a.samples.assign(record.plan.samples().begin(),
+                     record.plan.samples().end());
+    event.reserved_samples += static_cast<int64_t>(a.samples.size());
+  }
+  if (planned_steps_ > completed_steps_) {
+    abandoned_ranges_.emplace_back(completed_steps_, planned_steps_);
+  }
+  abandoned_steps_ += planned_steps_ - completed_steps_;
+  window_.clear();
+  completed_steps_ = planned_steps_;
+}
+
+std::optional<RankFailureEvent> StepWindow::CheckLiveness() {
+  if (!detects_failures()) return std::nullopt;
+  WakeList wakes;
+  RankFailureEvent event;
+  {
+    absl::MutexLock lock(&mu_);
+    event.failed = liveness_.Check(clock_->Now());
+    if (event.failed.empty()) return std::nullopt;
+    event.policy = std::string(RankFailurePolicyName(options_.on_rank_failure));
+    if (options_.on_rank_failure == RankFailurePolicy::kShrink) {
+      ShrinkLocked(event);
+      wakes = AllWakes();
+    }
+    event.holding = Holding();
+    event.epoch = epoch_;
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (members_[r]) event.members.push_back(r);
+    }
+    event.live_ranks = liveness_.live_ranks();
+  }
+  CallAll(wakes);
+  return event;
 }
 
 absl::Status StepWindow::Restore(int64_t epoch, int64_t completed_steps,
@@ -367,7 +549,8 @@ absl::Status StepWindow::Restore(int64_t epoch, int64_t completed_steps,
           "restoring step ", step, " from the plan of step ", plans[i].step()));
     }
     const int64_t plan_epoch = plans[i].epoch();
-    records.push_back(MakeRecord(std::move(plans[i]), plan_epoch));
+    records.push_back(MakeRecord(std::move(plans[i]), plan_epoch,
+                                 std::vector<bool>(options_.world_size, true)));
   }
   absl::MutexLock lock(&mu_);
   if (planned_steps_ != 0 || !streams_.empty()) {
@@ -378,9 +561,6 @@ absl::Status StepWindow::Restore(int64_t epoch, int64_t completed_steps,
   planned_steps_ = completed_steps + static_cast<int64_t>(records.size());
   window_ = std::move(records);
   epoch_ = epoch;
-  if (options_.max_steps > 0 && planned_steps_ >= options_.max_steps) {
-    draining_ = true;
-  }
   return absl::OkStatus();
 }
 
@@ -402,7 +582,7 @@ absl::StatusOr<v1::StepPlan> StepWindow::PlannedStep(int64_t step) const {
 
 bool StepWindow::AwaitPlanned(int64_t steps, absl::Duration timeout) const {
   const auto done = [this, steps]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return planned_steps_ >= steps || draining_ || shutdown_ ||
+    return planned_steps_ >= steps || draining_ || PlannedAll() || shutdown_ ||
            !planner_error_.ok();
   };
   absl::MutexLock lock(&mu_);
@@ -477,8 +657,18 @@ void StepWindow::FillStatus(v1::StatusResponse* out) const {
   out->set_world_size(options_.world_size);
   out->set_model(options_.model_name);
   out->set_planned_steps(planned_steps_);
-  out->set_completed_steps(completed_steps_);
-  out->set_draining(draining_);
+  out->set_completed_steps(completed_steps_ - abandoned_steps_);
+  out->set_draining(draining_ || PlannedAll());
+  out->set_live_ranks(liveness_.live_ranks());
+  out->set_rank_failures(liveness_.failures());
+  if (detects_failures()) {
+    out->set_on_rank_failure(
+        std::string(RankFailurePolicyName(options_.on_rank_failure)));
+  }
+  out->set_holding(Holding());
+  out->set_abandoned_steps(abandoned_steps_);
+  out->set_epoch_world_size(
+      static_cast<int32_t>(std::count(members_.begin(), members_.end(), true)));
   for (int r = 0; r < options_.world_size; ++r) {
     const RankState& state = ranks_[r];
     v1::RankStatus* rank = out->add_ranks();
@@ -491,6 +681,8 @@ void StepWindow::FillStatus(v1::StatusResponse* out) const {
     rank->set_gpu(state.gpu);
     rank->set_pid(state.pid);
     rank->set_registered(state.registered);
+    rank->set_failed(liveness_.failed(r));
+    rank->set_member(members_[r]);
     if (state.registered) {
       rank->set_idle_seconds(absl::ToDoubleSeconds(now - state.last_seen));
     }

@@ -20,6 +20,8 @@
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
+#include "scheduler/control/control_events.h"
+#include "scheduler/control/rank_liveness.h"
 #include "scheduler/control/report_validation.h"
 #include "scheduler/planner/cost_model.h"
 
@@ -63,6 +65,11 @@ struct StepWindowOptions {
   /// Time of registrations and of a rank's last message. Not owned;
   /// required.
   Clock* clock = nullptr;
+  /// A rank whose stream is gone and that was not heard from for this long
+  /// is declared failed (`RankLiveness`); zero: never.
+  absl::Duration rank_timeout = absl::ZeroDuration();
+  /// What a failure does (see `CheckLiveness`).
+  RankFailurePolicy on_rank_failure = RankFailurePolicy::kHold;
 };
 
 /// What an accepted timing report changed in the window.
@@ -74,12 +81,23 @@ struct RecordedTimings {
   /// Steps completed and planned after the report.
   int64_t completed_steps = 0;
   int64_t planned_steps = 0;
+  /// The step was abandoned by a shrink: the report was taken and dropped
+  /// (nothing else is set).
+  bool discarded = false;
 };
 
 /// The next step the planner may plan (`StepWindow::NextStepToPlan`).
 struct StepToPlan {
   int64_t step = 0;
   int64_t epoch = 0;
+  /// The ranks of the step's world, ascending: every rank until a shrink.
+  /// The planner plans for `members.size()` ranks and its rank i is
+  /// `members[i]`.
+  std::vector<int> members;
+  /// A step a shrink abandoned, whose samples this step trains instead of
+  /// the step builder's next ones (-1: none), and those samples.
+  int64_t reserve_of = -1;
+  std::vector<int64_t> samples;
 };
 
 /// Registration and the step window: which ranks registered (and from
@@ -107,9 +125,32 @@ class StepWindow {
   StepWindow(const StepWindow&) = delete;
   StepWindow& operator=(const StepWindow&) = delete;
 
-  /// See `ControlPlane::Register`.
+  /// See `ControlPlane::Register`. Also FAILED_PRECONDITION for a
+  /// `fixed_world` agent when failures shrink the world. When the rank was
+  /// failed, `*returned` (if given) says what its return does.
   absl::StatusOr<v1::RegisterResponse> Register(
-      const v1::RegisterRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+      const v1::RegisterRequest& request,
+      std::optional<RankFailureEvent>* returned = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  /// Declares failed the ranks whose stream is gone and that were silent
+  /// for `rank_timeout` (by the clock, now) and acts on the policy:
+  ///   - hold: nothing new is planned while a rank is failed (the steps
+  ///     planned are still served); a failed rank's registration ends it.
+  ///   - shrink: a new epoch for the ranks not failed; the steps not
+  ///     completed are abandoned (their reports from now on are taken and
+  ///     dropped) and their samples are the next steps' (`StepToPlan`),
+  ///     one abandoned step each, in order. A failed rank that registers
+  ///     again is in the world from the next step planned (a new epoch:
+  ///     a grow is planned like a shrink, without abandoning anything).
+  /// Steps complete when every rank of their world reported. Ranks report
+  /// their steps in order, so no step after an incomplete one is complete.
+  /// What was decided, or nullopt when no rank failed.
+  std::optional<RankFailureEvent> CheckLiveness() ABSL_LOCKS_EXCLUDED(mu_);
+  /// Whether failures are detected, and how often to check.
+  bool detects_failures() const {
+    return options_.rank_timeout > absl::ZeroDuration();
+  }
 
   /// See `ControlPlane::OpenStream`; also UNAVAILABLE after `Shutdown`.
   absl::StatusOr<int64_t> OpenStream(int rank, absl::string_view session_id,
@@ -175,6 +216,11 @@ class StepWindow {
   /// released.
   bool AddPlannedStep(v1::StepPlan plan, int64_t step, int64_t epoch)
       ABSL_LOCKS_EXCLUDED(mu_);
+  /// As above for the step `NextStepToPlan` answered: its world becomes
+  /// current (a new epoch when it is another), and a re-served step
+  /// leaves the queue of abandoned ones.
+  bool AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Planning failed: keeps `error` (GetStatus shows it) and drains. The
   /// caller wakes the streams, as after `AddPlannedStep`.
@@ -209,11 +255,21 @@ class StepWindow {
     /// Per rank: whether it reported, and its task seconds + sync.
     std::vector<bool> reported;
     std::vector<double> rank_seconds;
+    /// Per rank: its task seconds alone (for the step's imbalance).
+    std::vector<double> rank_busy;
     int reports = 0;
     /// The largest task-seconds total a rank reported, and whether a rank
     /// reported a sync time (> 0): what the step's sync is learnt from.
     double max_busy = 0;
     bool sync_reported = false;
+    /// The ranks of its world (indexed by rank) and how many they are.
+    std::vector<bool> members;
+    int member_count = 0;
+  };
+  /// A step a shrink abandoned, whose samples are planned again.
+  struct Abandoned {
+    int64_t step = 0;
+    std::vector<int64_t> samples;
   };
   struct RankState {
     bool registered = false;
@@ -239,7 +295,21 @@ class StepWindow {
   using WakeList = std::vector<std::shared_ptr<std::function<void()>>>;
 
   /// The stored form of a plan: prefixes filled and per-rank views cut.
-  StepRecord MakeRecord(v1::StepPlan plan, int64_t epoch) const;
+  StepRecord MakeRecord(v1::StepPlan plan, int64_t epoch,
+                        const std::vector<bool>& members) const;
+  /// The world of the next step: the current one, or under shrink every
+  /// rank not failed.
+  std::vector<bool> NextMembers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Under shrink: abandons the window's steps for a new epoch of the
+  /// ranks not failed; fills `event`.
+  void ShrinkLocked(RankFailureEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Whether `step` is one a shrink abandoned.
+  bool AbandonedLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Every step of the job is planned (`max_steps`, nothing to re-serve).
+  bool PlannedAll() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Whether streams end after the last planned step.
+  bool StreamsDrain() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Holding() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   WakeList AllWakes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Ends the open stream of `rank`, if any; returns its wake.
@@ -285,6 +355,17 @@ class StepWindow {
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status planner_error_ ABSL_GUARDED_BY(mu_);
+  RankLiveness liveness_ ABSL_GUARDED_BY(mu_);
+  /// The current epoch's world, indexed by rank.
+  std::vector<bool> members_ ABSL_GUARDED_BY(mu_);
+  /// Abandoned steps not planned again yet, in order; the ranges of step
+  /// numbers abandoned; how many steps were, and how many were planned
+  /// from `reserve_` (not drawn from the step builder).
+  std::deque<Abandoned> reserve_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int64_t, int64_t>> abandoned_ranges_
+      ABSL_GUARDED_BY(mu_);
+  int64_t abandoned_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reserved_planned_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dcp

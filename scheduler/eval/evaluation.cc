@@ -68,6 +68,9 @@ absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
     result.dcp.step_s.push_back(report->makespan_s);
     result.dcp.makespan_s += report->makespan_s;
     result.lower_bound_s += report->lower_bound_s;
+    result.memory_bound_s += report->memory_bound_s;
+    result.lower_bound_step_s.push_back(report->lower_bound_s);
+    result.memory_bound_step_s.push_back(report->memory_bound_s);
     result.tokens += report->tokens;
     result.samples += static_cast<int64_t>(steps[i].size());
     error_sum += std::abs(plan.predicted_makespan_s - report->makespan_s) /
@@ -127,6 +130,8 @@ std::string StatsJson(const EvaluationOptions& options,
   j["makespan_s"] = result.dcp.makespan_s;
   j["lower_bound_s"] = result.lower_bound_s;
   j["ratio_to_lower_bound"] = result.dcp.makespan_s / result.lower_bound_s;
+  j["memory_bound_s"] = result.memory_bound_s;
+  j["ratio_to_memory_bound"] = result.dcp.makespan_s / result.memory_bound_s;
   j["tokens_per_s_per_gpu"] =
       result.tokens / result.dcp.makespan_s / options.world_size;
   for (const PlannerFigures& b : result.baselines) {

@@ -53,6 +53,12 @@ struct EvaluationResult {
   int64_t samples = 0;
   /// Sum over steps of the lower bound.
   double lower_bound_s = 0;
+  /// Sum over steps of the memory-aware lower bound
+  /// (`ReferenceCluster::MemoryAwareLowerBound`); no plan beats it either.
+  double memory_bound_s = 0;
+  /// Both bounds of each step.
+  std::vector<double> lower_bound_step_s;
+  std::vector<double> memory_bound_step_s;
   PlannerFigures dcp;
   /// Empty when baselines were not run.
   std::vector<PlannerFigures>
@@ -79,6 +85,7 @@ absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
 double Percentile(std::vector<double> values, double p);
 
 /// The stats JSON of dcp-plan: steps, makespan_s, lower_bound_s,
+/// memory_bound_s, ratio_to_lower_bound, ratio_to_memory_bound,
 /// static_packed_s, static_balanced_s, dynamic_cp_s (sums over steps, in
 /// seconds on the reference cluster), plan_ms_p50, plan_ms_max and more.
 std::string StatsJson(const EvaluationOptions& options,

@@ -1,6 +1,8 @@
 #include "scheduler/eval/simulator.h"
 
 #include <algorithm>
+#include <limits>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -98,6 +100,43 @@ double ReferenceCluster::LowerBound(
   const double linear = 6.0 * model_.ParamsPerLayer() * layers * total_tokens /
                         (cluster_.peak_flops * cluster_.gemm_eff_max);
   return (linear + attention) / world_size_ + SyncSeconds();
+}
+
+double ReferenceCluster::MemoryAwareLowerBound(
+    absl::Span<const int64_t> seq_lengths) const {
+  const double layers = model_.layers;
+  const double d = model_.hidden;
+  const double free =
+      cluster_.MemoryCap() - 16.0 * model_.TotalParams() / world_size_;
+  if (free <= 0) return LowerBound(seq_lengths);
+  // Seconds per token of linear work at ratio k / layers, at the GEMM
+  // efficiency of the most tokens a GPU can hold there. A task's time is
+  // concave in r (1 / gemm_eff is affine in it), so the minimum over the
+  // grid, which holds both ends, is the minimum over every r in [0, 1].
+  std::vector<double> linear_per_token(model_.layers + 1);
+  for (int k = 0; k <= model_.layers; ++k) {
+    const double r = k / layers;
+    const double t_max =
+        free / ((1.0 - r) * 34.0 * d * layers + r * 2.0 * d * layers + 34.0 * d);
+    const double gemm_eff =
+        cluster_.gemm_eff_max * t_max / (t_max + cluster_.gemm_eff_half_tokens);
+    linear_per_token[k] = 2.0 * model_.ParamsPerLayer() * layers * (3.0 + r) /
+                          (cluster_.peak_flops * gemm_eff);
+  }
+  double work = 0;
+  for (int64_t len : seq_lengths) {
+    const double s = static_cast<double>(len);
+    if (s <= 0) continue;
+    // Attention at r = 0 per unit of (3.5 + r).
+    const double attention = AttentionSeconds(s, 1.0, 0.0) / 3.5;
+    double best = std::numeric_limits<double>::infinity();
+    for (int k = 0; k <= model_.layers; ++k) {
+      best = std::min(best, s * linear_per_token[k] +
+                                attention * (3.5 + k / layers));
+    }
+    work += best;
+  }
+  return work / world_size_ + SyncSeconds();
 }
 
 absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
@@ -203,6 +242,7 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
   report.makespan_s =
       *std::max_element(free_at.begin(), free_at.end()) + report.sync_s;
   report.lower_bound_s = cluster.LowerBound(all);
+  report.memory_bound_s = cluster.MemoryAwareLowerBound(all);
   return report;
 }
 

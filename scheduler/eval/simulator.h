@@ -47,6 +47,15 @@ class ReferenceCluster {
   /// The lower bound of a step over sequences of these lengths.
   double LowerBound(absl::Span<const int64_t> seq_lengths) const;
 
+  /// The memory-aware lower bound of docs/COST_MODEL.md: every sequence at
+  /// the least time over the recompute ratios k/layers of its linear and
+  /// attention work, the linear work at the GEMM efficiency of the most
+  /// tokens per GPU that fit the memory cap at that ratio; then perfect
+  /// balance, no communication or overhead, plus the sync. Never below
+  /// `LowerBound`. When not even the sharded model states fit (no plan is
+  /// valid) it is `LowerBound`.
+  double MemoryAwareLowerBound(absl::Span<const int64_t> seq_lengths) const;
+
   /// Whether every rank of the group is on one node.
   bool IntraNode(absl::Span<const int> ranks) const;
 
@@ -66,6 +75,8 @@ class ReferenceCluster {
 struct StepReport {
   double makespan_s = 0;     ///< Last rank free, plus the gradient sync.
   double lower_bound_s = 0;  ///< ReferenceCluster::LowerBound of the step.
+  /// ReferenceCluster::MemoryAwareLowerBound of the step.
+  double memory_bound_s = 0;
   double sync_s = 0;
   double max_memory_bytes = 0;
   int64_t tokens = 0;

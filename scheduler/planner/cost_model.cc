@@ -99,19 +99,51 @@ double CostModel::MaxTokensPerGpu(double recompute) const {
 namespace {
 
 // The time coefficients `Fit` learns, in a fixed order. A task's predicted
-// seconds are linear in them (the half-token constants held fixed).
-constexpr int kNumTimeCoefficients = 7;
+// seconds are linear in them: the GEMM's half-token constant enters as the
+// product lin * gemm_half, since
+//   lin * (3 + r) * (t + gemm_half) = lin * (3 + r) * t
+//                                     + (lin * gemm_half) * (3 + r),
+// so a fit learns the shape of the GEMM efficiency curve, not only its
+// scale. Attention's half stays: attn * attn_half multiplies
+// (3.5 + r) * sum_i s_i / p, the tokens of the task per GPU, which is all
+// but collinear with the linear term, and the two would trade off freely.
+constexpr int kNumTimeCoefficients = 8;
+constexpr int kLin = 0, kLinHalf = 1, kAttn = 2;
 using TimeVector = std::array<double, kNumTimeCoefficients>;
 
-std::array<double*, kNumTimeCoefficients> TimeCoefficients(
-    CostModel::Coefficients& c) {
-  return {&c.lin,
-          &c.attn,
-          &c.a2a_byte_intra,
-          &c.a2a_fixed_intra,
-          &c.a2a_byte_inter,
-          &c.a2a_fixed_inter,
-          &c.fixed};
+TimeVector TimeValues(const CostModel::Coefficients& c) {
+  return {c.lin,
+          c.lin * c.gemm_half,
+          c.attn,
+          c.a2a_byte_intra,
+          c.a2a_fixed_intra,
+          c.a2a_byte_inter,
+          c.a2a_fixed_inter,
+          c.fixed};
+}
+
+// The inverse of `TimeValues`; gemm_half keeps its value when lin is 0
+// (it does not matter then).
+void SetTimeValues(const TimeVector& v, CostModel::Coefficients& c) {
+  c.lin = v[kLin];
+  if (v[kLin] > 0) c.gemm_half = v[kLinHalf] / v[kLin];
+  c.attn = v[kAttn];
+  c.a2a_byte_intra = v[3];
+  c.a2a_fixed_intra = v[4];
+  c.a2a_byte_inter = v[5];
+  c.a2a_fixed_inter = v[6];
+  c.fixed = v[7];
+}
+
+// The coefficients of a model whose time is the j-th term alone times one
+// unit, except for the half-token product (j = kLinHalf), whose model is
+// lin = 1 with a half of 1: the caller subtracts the lin term from its time.
+CostModel::Coefficients UnitCoefficients(CostModel::Coefficients c, int j) {
+  TimeVector unit{};
+  unit[j == kLinHalf ? kLin : j] = 1;
+  SetTimeValues(unit, c);
+  c.gemm_half = j == kLinHalf ? 1 : 0;
+  return c;
 }
 
 // A fitted coefficient never falls below 5% of its scaled value: the fit is
@@ -287,15 +319,13 @@ std::vector<TimeVector> TimeFeatures(
     const CostModel& model, absl::Span<const TaskObservation> observations) {
   std::vector<TimeVector> features(observations.size());
   for (int j = 0; j < kNumTimeCoefficients; ++j) {
-    CostModel::Coefficients unit = model.coefficients();
-    for (double* x : TimeCoefficients(unit)) *x = 0;
-    *TimeCoefficients(unit)[j] = 1;
-    const CostModel m(unit, model.model(), model.memory_cap(),
-                      model.gpus_per_node());
+    const CostModel m(UnitCoefficients(model.coefficients(), j), model.model(),
+                      model.memory_cap(), model.gpus_per_node());
     for (size_t i = 0; i < observations.size(); ++i) {
       const TaskObservation& o = observations[i];
       features[i][j] =
           m.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+      if (j == kLinHalf) features[i][j] -= features[i][kLin];
     }
   }
   return features;
@@ -331,11 +361,9 @@ RelativeSystem BuildRelativeSystem(
     const CostModel& model, absl::Span<const TaskObservation> observations,
     double prior_weight) {
   const double scale = CommonScale(model, observations, prior_weight);
-  CostModel::Coefficients c = model.coefficients();
-  const std::array<double*, kNumTimeCoefficients> current = TimeCoefficients(c);
+  const TimeVector current = TimeValues(model.coefficients());
   RelativeSystem s;
-  for (int j = 0; j < kNumTimeCoefficients; ++j)
-    s.base[j] = scale * *current[j];
+  for (int j = 0; j < kNumTimeCoefficients; ++j) s.base[j] = scale * current[j];
   const std::vector<TimeVector> features = TimeFeatures(model, observations);
   for (size_t i = 0; i < observations.size(); ++i) {
     TimeVector& a = s.a.emplace_back();
@@ -362,10 +390,11 @@ absl::StatusOr<CostModel> CostModel::Fit(
       BuildRelativeSystem(*this, observations, prior_weight);
   const TimeVector delta = MinimiseRelativeError(s, prior_weight);
   Coefficients c = c_;
-  const std::array<double*, kNumTimeCoefficients> out = TimeCoefficients(c);
+  TimeVector fitted_values;
   for (int j = 0; j < kNumTimeCoefficients; ++j) {
-    *out[j] = s.base[j] * (1 + delta[j]);
+    fitted_values[j] = s.base[j] * (1 + delta[j]);
   }
+  SetTimeValues(fitted_values, c);
   CostModel fitted(c, model_, memory_cap_, gpus_per_node_);
   // The minimum includes the prior's pull, and the common scale moved the
   // starting point, so the fit can predict its own observations worse than

@@ -40,7 +40,8 @@ inline constexpr double kMinTaskSeconds = 1e-9;
 ///                            + mem_token_base)
 ///
 /// `FromSpecs` derives the coefficients from hardware and model data sheets;
-/// `Fit` re-estimates the time coefficients from observed tasks (profiles or
+/// `Fit` re-estimates the time coefficients (the GEMM's half-token constant
+/// included) from observed tasks (profiles or
 /// timings reported by agents) by minimising their relative error, the
 /// quantity `MeanRelativeError` judges, shrunk towards the current values so
 /// that few observations cannot derail it; `FitSync` does the same for the
@@ -99,10 +100,13 @@ class CostModel {
   const ModelSpec& model() const { return model_; }
   const Coefficients& coefficients() const { return c_; }
 
-  /// Re-estimates the time coefficients (lin, attn, the four all-to-all
-  /// terms, fixed) from observations; the half-token constants, the memory
-  /// terms and the gradient sync stay (`FitSync` learns the latter). With n
-  /// observations and w = `prior_weight`:
+  /// Re-estimates the time coefficients from observations: eight terms in
+  /// which a task's time is linear, lin, lin * gemm_half, attn, the four
+  /// all-to-all terms and fixed (so the shape of the GEMM efficiency curve
+  /// is learned with its scale: a prior from another GPU has another
+  /// half-efficiency token count). attn_half, the memory terms and the
+  /// gradient sync stay (`FitSync` learns the latter). With n observations
+  /// and w = `prior_weight`:
   ///   1. one common scale s = exp(n * median_i log(measured_i /
   ///      predicted_i) / (n + w)), the median shrunk by w pseudo-observations;
   ///   2. coefficient_j = s * current_j * (1 + delta_j), with delta

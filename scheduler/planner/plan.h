@@ -50,6 +50,11 @@ class LengthView {
     return std::min<int64_t>(lengths_[id], window_);
   }
   int64_t window() const { return window_; }
+  /// Hints that sample `id`'s length is read soon: a step reads the table
+  /// in shuffled order, a cache miss a sample. Ids out of range are ignored.
+  void Prefetch(int64_t id) const {
+    if (id >= 0 && id < size()) __builtin_prefetch(lengths_.data() + id);
+  }
 
  private:
   absl::Span<const int32_t> lengths_;

@@ -286,6 +286,7 @@ v1::RankStep RankView(const v1::StepPlan& plan, int rank) {
   out.set_step(plan.step());
   out.set_rank(rank);
   out.set_total_tokens(plan.total_tokens());
+  out.set_planned_at_unix_micros(plan.planned_at_unix_micros());
   for (const v1::Task& task : plan.tasks()) {
     if (std::find(task.ranks().begin(), task.ranks().end(), rank) !=
         task.ranks().end()) {
@@ -316,6 +317,7 @@ std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
     v.set_step(plan.step());
     v.set_rank(rank);
     v.set_total_tokens(plan.total_tokens());
+    v.set_planned_at_unix_micros(plan.planned_at_unix_micros());
   }
   auto named = [&](int rank) { return rank >= 0 && rank < world_size; };
   for (const v1::Task& task : plan.tasks()) {

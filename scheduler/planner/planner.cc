@@ -18,6 +18,9 @@ StepPlan StepPlanner::Emit(int64_t step, const Draft& d,
   StepPlan plan;
   plan.step = step;
   plan.samples.assign(samples_.begin(), samples_.end());
+  size_t tasks = d.long_tasks.size();
+  for (const std::vector<Pack>& packs : d.rank_packs) tasks += packs.size();
+  plan.tasks.reserve(tasks);
   auto weight = [&](const Item& it) { return it.length / total_tokens; };
   for (const LongTask& t : d.long_tasks) {
     TaskPlan task;
@@ -58,14 +61,8 @@ void StepPlanner::KeepUniformIfFaster(double total_tokens, Draft* best) const {
   double total_units = 0;
   for (const Item& it : items_) total_units += it.units;
   for (int p : sizes_) {
-    // A bound below which no uniform plan of p can go: the time is affine
-    // in a task's tokens and attention units, so the world's whole work as
-    // one task (constants once, no recompute, inside a node) spread evenly
-    // over the groups.
-    const double bound =
-        model_.TaskSecondsFromSums(p, true, total_tokens, total_units, 0) *
-        p / world_;
-    if (bound >= best->makespan) continue;
+    if (world_ % p != 0) continue;
+    if (UniformBound(p, total_tokens, total_units) >= best->makespan) continue;
     std::optional<Draft> uniform = BuildUniform(p);
     if (uniform.has_value() && uniform->makespan < best->makespan) {
       *best = *std::move(uniform);
@@ -80,10 +77,15 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
     return absl::InvalidArgumentError(
         absl::StrCat("step ", step, " has no samples"));
   }
+  Enter(PlanPhase::kSizing);
   samples_ = samples;
   items_.resize(samples.size());
   double total_tokens = 0;
+  constexpr size_t kPrefetchAhead = 32;
   for (size_t i = 0; i < samples.size(); ++i) {
+    if (i + kPrefetchAhead < samples.size()) {
+      lengths.Prefetch(samples[i + kPrefetchAhead]);
+    }
     const int64_t id = samples[i];
     if (id < 0 || id >= lengths.size()) {
       return absl::InvalidArgumentError(
@@ -101,6 +103,11 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
     total_tokens += items_[i].length;
   }
   SortByLength();
+  prefix_tokens_.resize(items_.size() + 1);
+  prefix_tokens_[0] = 0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    prefix_tokens_[i + 1] = prefix_tokens_[i] + items_[i].length;
+  }
   max_tokens_.resize(layers_ + 1);
   for (int k = 0; k <= layers_; ++k) {
     max_tokens_[k] = model_.MaxTokensPerGpu(Recompute(k));
@@ -136,13 +143,19 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
       many ? std::min<int>(std::max(1, options_.finished_variants),
                            static_cast<int>(drafts.size()))
            : static_cast<int>(drafts.size());
+  // A draft's estimate is the level its short sequences would reach as a
+  // fluid: no dealing ends below it. Drafts that cannot beat the best
+  // finished one are skipped, which changes no choice and saves the dealing.
   int best = -1;
   for (int k = 0; k < finish; ++k) {
     Draft& d = drafts[order[k]];
+    if (best >= 0 && d.makespan >= drafts[best].makespan) break;
     Finish(&d);
     if (best < 0 || d.makespan < drafts[best].makespan) best = order[k];
   }
+  Enter(PlanPhase::kUniform);
   KeepUniformIfFaster(total_tokens, &drafts[best]);
+  Enter(PlanPhase::kEmit);
   return Emit(step, drafts[best], total_tokens);
 }
 
@@ -180,9 +193,13 @@ absl::StatusOr<Planner> Planner::Create(CostModel model,
 
 absl::StatusOr<StepPlan> Planner::PlanStep(int64_t step,
                                            absl::Span<const int64_t> samples,
-                                           const LengthView& lengths) const {
-  planner_internal::StepPlanner planner(model_, options_, group_sizes_);
-  return planner.Plan(step, samples, lengths);
+                                           const LengthView& lengths,
+                                           PlanPhaseObserver* observer) const {
+  planner_internal::StepPlanner planner(model_, options_, group_sizes_,
+                                        observer);
+  absl::StatusOr<StepPlan> plan = planner.Plan(step, samples, lengths);
+  if (observer != nullptr) observer->Enter(PlanPhase::kDone);
+  return plan;
 }
 
 }  // namespace dcp

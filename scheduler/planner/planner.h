@@ -23,8 +23,9 @@ struct PlannerOptions {
   /// Each split threshold is tried with and without filling the groups'
   /// spare memory with short sequences; all variants are estimated and,
   /// when ranks get 16 or more sequences each on average, this many of the
-  /// most promising are planned in full (all of them otherwise). More plans
-  /// better and slower.
+  /// most promising are planned in full (all of them otherwise), skipping
+  /// those whose estimate (a bound no dealing of theirs goes below) cannot
+  /// beat the best already planned. More plans better and slower.
   int finished_variants = 2;
   /// Ranks examined for each short sequence when dealing (the least loaded
   /// one and the least loaded of large rank ranges without it; at most 32):
@@ -32,6 +33,31 @@ struct PlannerOptions {
   int candidate_ranks = 3;
   /// Improving moves tried against the predicted makespan after dealing.
   int refine_moves = 256;
+};
+
+/// The parts of planning one step, in the order `Planner::PlanStep` first
+/// enters them (packing, placement, dealing and refinement repeat once per
+/// candidate plan).
+enum class PlanPhase {
+  kSizing,      ///< sequences sorted; group sizes and recompute of each
+  kPacking,     ///< which sequences get groups, filling, estimates
+  kPlacement,   ///< groups placed on ranks
+  kDealing,     ///< short sequences dealt into packs on ranks
+  kRefinement,  ///< moves between the latest and the earliest rank
+  kUniform,     ///< the one-group-size candidates
+  kEmit,        ///< the chosen draft written out as a StepPlan
+  kDone,        ///< planning ended (also after an error)
+};
+inline constexpr int kNumPlanPhases = static_cast<int>(PlanPhase::kDone);
+
+/// Told each time `Planner::PlanStep` enters a phase, so that a caller can
+/// time the phases with its own clock: the planner has none, and with no
+/// observer it makes no calls. `Enter(kDone)` ends a step. Called on the
+/// planning thread; implementations need no locking of their own.
+class PlanPhaseObserver {
+ public:
+  virtual ~PlanPhaseObserver() = default;
+  virtual void Enter(PlanPhase phase) = 0;
 };
 
 /// Plans global batches: for every sequence its sequence-parallel group size
@@ -56,9 +82,10 @@ class Planner {
   /// goes into exactly one task; each gets the loss weight
   /// length / (tokens of the step). FAILED_PRECONDITION when a sequence cannot
   /// fit in memory on any group at any recompute ratio.
-  absl::StatusOr<StepPlan> PlanStep(int64_t step,
-                                    absl::Span<const int64_t> samples,
-                                    const LengthView& lengths) const;
+  /// `observer`, when given, is told as each phase begins.
+  absl::StatusOr<StepPlan> PlanStep(
+      int64_t step, absl::Span<const int64_t> samples,
+      const LengthView& lengths, PlanPhaseObserver* observer = nullptr) const;
 
   /// Replaces the cost model (e.g. after a refit from measured timings).
   void set_cost_model(CostModel model) { model_ = std::move(model); }

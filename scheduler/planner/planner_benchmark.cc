@@ -1,15 +1,32 @@
-// Planning time per step (one core), on the bundled Wikipedia trace with
-// llama3-8b, a 131072-token window and 64K tokens per GPU per step: at
-// 1,024 GPUs that is 64M tokens a step. BM_ScenarioA is scenario A exactly
-// (32 GPUs, 2M tokens a step).
+// Planning time per step (one core) on the bundled Wikipedia trace, 64K
+// tokens per GPU per step (64M tokens at 1,024 GPUs, 256M at 4,096).
 //
 //   bazel run -c opt //scheduler/planner:planner_benchmark
+//
+// BM_PlanStep/<GPUs>: llama3-8b with a 131072-token window at 32 to 4,096
+// GPUs. BM_ScenarioA is scenario A exactly (32 GPUs, 2M tokens a step).
+// BM_Model/<model>/<GPUs>: every built-in model and every model of
+// data/models/ at 1,024 and 4,096 GPUs with a 524288-token window.
+//
+// Counters of the BM_Model and BM_PlanStep rows: p50_ms, the median planning
+// time of one step; the mean milliseconds a step spends in each planner
+// phase (sizing_ms, packing_ms, placement_ms, dealing_ms, refinement_ms,
+// uniform_ms, emit_ms; see PlanPhase), timed here through a
+// PlanPhaseObserver because the planner has no clock; form_ms, forming one
+// step's sample list (StepBuilder, before planning); x_lower and x_mem, the
+// plans of the benchmark's steps replayed on the reference cluster
+// (docs/COST_MODEL.md) over its lower bound and its memory-aware bound.
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "scheduler/eval/simulator.h"
 #include "scheduler/lengths/length_reader.h"
 #include "scheduler/planner/planner.h"
 #include "scheduler/planner/step_builder.h"
@@ -31,14 +48,71 @@ const std::vector<int32_t>& Wikipedia() {
   return *lengths;
 }
 
-void PlanSteps(benchmark::State& state, int world, int64_t tokens_per_step,
-               int64_t window) {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Charges the time between two `Enter` calls to the phase entered first.
+class PhaseTimer : public PlanPhaseObserver {
+ public:
+  void Enter(PlanPhase phase) override {
+    const int64_t now = NowNs();
+    if (current_ != PlanPhase::kDone) {
+      ns_[static_cast<int>(current_)] += now - since_;
+    }
+    current_ = phase;
+    since_ = now;
+  }
+  double Ms(PlanPhase phase) const {
+    return ns_[static_cast<int>(phase)] / 1e6;
+  }
+
+ private:
+  std::array<int64_t, kNumPlanPhases> ns_{};
+  PlanPhase current_ = PlanPhase::kDone;
+  int64_t since_ = 0;
+};
+
+constexpr const char* kPhaseNames[kNumPlanPhases] = {
+    "sizing_ms",    "packing_ms", "placement_ms", "dealing_ms",
+    "refinement_ms", "uniform_ms", "emit_ms"};
+
+// The steps' plans replayed on the reference cluster: makespan over the
+// lower bound and over the memory-aware bound, summed over the steps.
+void ReportQuality(benchmark::State& state, const ModelSpec& model, int world,
+                   const Planner& planner,
+                   const std::vector<std::vector<int64_t>>& steps,
+                   const LengthView& view) {
+  ReferenceCluster cluster(ClusterSpec::H200(), model, world);
+  double makespan = 0, lower = 0, memory = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    absl::StatusOr<StepPlan> plan = planner.PlanStep(i, steps[i], view);
+    absl::StatusOr<StepReport> report =
+        plan.ok() ? ReplayStep(cluster, *plan, view)
+                  : absl::StatusOr<StepReport>(plan.status());
+    if (!report.ok()) {
+      state.SkipWithError(std::string(report.status().message()).c_str());
+      return;
+    }
+    makespan += report->makespan_s;
+    lower += report->lower_bound_s;
+    memory += report->memory_bound_s;
+  }
+  state.counters["x_lower"] = makespan / lower;
+  state.counters["x_mem"] = makespan / memory;
+}
+
+void PlanSteps(benchmark::State& state, const ModelSpec& model, int world,
+               int64_t tokens_per_step, int64_t window) {
   LengthView view(Wikipedia(), window);
   StepBuilderOptions so;
   so.tokens_per_step = tokens_per_step;
+  const int64_t form_start = NowNs();
   absl::StatusOr<std::vector<std::vector<int64_t>>> steps =
       BuildSteps(view, so, 4);
-  ModelSpec model = *BuiltinModel("llama3-8b");
+  const double form_ms = (NowNs() - form_start) / 1e6 / 4;
   PlannerOptions po;
   po.world_size = world;
   absl::StatusOr<Planner> planner = Planner::Create(
@@ -49,20 +123,32 @@ void PlanSteps(benchmark::State& state, int world, int64_t tokens_per_step,
   }
   size_t i = 0;
   int64_t samples = 0;
+  PhaseTimer phases;
+  std::vector<double> ms;
   for (auto _ : state) {
     const std::vector<int64_t>& step = (*steps)[i++ % steps->size()];
-    absl::StatusOr<StepPlan> plan = planner->PlanStep(0, step, view);
+    const int64_t start = NowNs();
+    absl::StatusOr<StepPlan> plan = planner->PlanStep(0, step, view, &phases);
+    ms.push_back((NowNs() - start) / 1e6);
     benchmark::DoNotOptimize(plan);
     samples += static_cast<int64_t>(step.size());
   }
-  state.counters["samples_per_step"] =
-      benchmark::Counter(static_cast<double>(samples) / state.iterations());
+  const double n = static_cast<double>(state.iterations());
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  state.counters["p50_ms"] = ms[ms.size() / 2];
+  for (int p = 0; p < kNumPlanPhases; ++p) {
+    state.counters[kPhaseNames[p]] = phases.Ms(static_cast<PlanPhase>(p)) / n;
+  }
+  state.counters["form_ms"] = form_ms;
+  state.counters["samples_per_step"] = samples / n;
   state.counters["gpus"] = world;
+  ReportQuality(state, model, world, *planner, *steps, view);
 }
 
 void BM_PlanStep(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
-  PlanSteps(state, world, int64_t{65536} * world, 131072);
+  PlanSteps(state, *BuiltinModel("llama3-8b"), world, int64_t{65536} * world,
+            131072);
 }
 BENCHMARK(BM_PlanStep)
     ->Arg(32)
@@ -72,9 +158,45 @@ BENCHMARK(BM_PlanStep)
     ->Unit(benchmark::kMillisecond);
 
 void BM_ScenarioA(benchmark::State& state) {
-  PlanSteps(state, 32, 2097152, 131072);
+  PlanSteps(state, *BuiltinModel("llama3-8b"), 32, 2097152, 131072);
 }
 BENCHMARK(BM_ScenarioA)->Unit(benchmark::kMillisecond);
+
+// The built-in models, then those of data/models/ by file name.
+std::vector<ModelSpec> AllModels() {
+  std::vector<ModelSpec> models;
+  for (const std::string& name : BuiltinModelNames()) {
+    models.push_back(*BuiltinModel(name));
+  }
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator("data/models")) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    absl::StatusOr<ModelSpec> m = LoadModelConfig(file);
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(m.status().message()).c_str());
+      std::abort();
+    }
+    models.push_back(*std::move(m));
+  }
+  return models;
+}
+
+// BM_Model/<model>/<GPUs> for every model at 1,024 and 4,096 GPUs.
+void RegisterModelRows() {
+  for (const ModelSpec& model : AllModels()) {
+    for (int world : {1024, 4096}) {
+      benchmark::RegisterBenchmark(
+          ("BM_Model/" + model.name + "/" + std::to_string(world)).c_str(),
+          [model, world](benchmark::State& state) {
+            PlanSteps(state, model, world, int64_t{65536} * world, 524288);
+          })
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
 
 // Forming one step's sample list at 1,024 GPUs (64M tokens, ~67K samples):
 // the planning thread does this before every PlanStep.
@@ -108,4 +230,11 @@ BENCHMARK(BM_ShuffledOrderNext)->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);
 }  // namespace
 }  // namespace dcp
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  dcp::RegisterModelRows();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

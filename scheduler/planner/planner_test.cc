@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "scheduler/planner/test_data.h"
@@ -234,6 +235,60 @@ TEST(PlannerTest, RejectsWhatCannotBePlanned) {
   EXPECT_NE(
       small->PlanStep(0, first, view).status().message().find("static memory"),
       std::string::npos);
+}
+
+// Records the phases a step entered, in order.
+class PhaseLog : public PlanPhaseObserver {
+ public:
+  void Enter(PlanPhase phase) override { phases.push_back(phase); }
+  std::vector<PlanPhase> phases;
+};
+
+TEST(PlannerTest, TellsAnObserverEachPhaseAndPlansTheSameWithIt) {
+  std::vector<int32_t> lengths = SkewedLengths(2000, 5, 100000);
+  LengthView view(lengths, 131072);
+  std::vector<int64_t> ids = AllIds(lengths.size());
+  const ModelSpec model = *BuiltinModel("llama3-8b");
+  absl::StatusOr<Planner> planner = Planner::Create(
+      CostModel::FromSpecs(ClusterSpec::H200(), model, 32), {.world_size = 32});
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  PhaseLog log;
+  absl::StatusOr<StepPlan> observed = planner->PlanStep(0, ids, view, &log);
+  absl::StatusOr<StepPlan> plain = planner->PlanStep(0, ids, view);
+  ASSERT_TRUE(observed.ok() && plain.ok());
+  // The observer changes nothing in the plan.
+  ASSERT_EQ(observed->tasks.size(), plain->tasks.size());
+  for (size_t t = 0; t < plain->tasks.size(); ++t) {
+    EXPECT_EQ(observed->tasks[t].ranks, plain->tasks[t].ranks);
+    EXPECT_EQ(observed->tasks[t].samples, plain->tasks[t].samples);
+    EXPECT_EQ(observed->tasks[t].recompute, plain->tasks[t].recompute);
+  }
+  // Sizing first, then candidates built and one at least dealt and refined,
+  // the uniform check, the emitted plan, and the end.
+  ASSERT_GE(log.phases.size(), 8u);
+  EXPECT_EQ(log.phases.front(), PlanPhase::kSizing);
+  EXPECT_EQ(log.phases.back(), PlanPhase::kDone);
+  EXPECT_EQ(log.phases[log.phases.size() - 2], PlanPhase::kEmit);
+  EXPECT_EQ(log.phases[log.phases.size() - 3], PlanPhase::kUniform);
+  std::set<PlanPhase> seen(log.phases.begin(), log.phases.end());
+  for (PlanPhase p : {PlanPhase::kPacking, PlanPhase::kPlacement,
+                      PlanPhase::kDealing, PlanPhase::kRefinement}) {
+    EXPECT_TRUE(seen.count(p)) << static_cast<int>(p);
+  }
+}
+
+TEST(PlannerTest, AnObserverHearsTheEndOfAFailedStep) {
+  std::vector<int32_t> lengths = {100};
+  LengthView view(lengths, 131072);
+  absl::StatusOr<Planner> planner = Planner::Create(
+      CostModel::FromSpecs(ClusterSpec::H200(), *BuiltinModel("llama3-8b"), 8),
+      {.world_size = 8});
+  ASSERT_TRUE(planner.ok());
+  PhaseLog log;
+  const std::vector<int64_t> outside = {7};  // not in the length table
+  EXPECT_FALSE(planner->PlanStep(0, outside, view, &log).ok());
+  ASSERT_FALSE(log.phases.empty());
+  EXPECT_EQ(log.phases.back(), PlanPhase::kDone);
 }
 
 }  // namespace

@@ -9,72 +9,51 @@
 namespace dcp {
 namespace planner_internal {
 
-// A winner tree over the ranks' finish times: the least (or, with
-// kMost, the most) loaded rank in O(1) and an update in O(log W), with keys
-// stored in the nodes so that a level costs one comparison of neighbours.
-template <bool kMost>
-class RankTree {
- public:
-  explicit RankTree(const std::vector<double>& finish) {
-    const int n = static_cast<int>(finish.size());
-    leaves_ = 1;
-    while (leaves_ < n) leaves_ *= 2;
-    node_.assign(2 * leaves_, Node{kMost ? -kInf : kInf, -1});
-    for (int r = 0; r < n; ++r) node_[leaves_ + r] = Node{finish[r], r};
-    for (int k = leaves_ - 1; k >= 1; --k)
-      node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
-  }
-  /// The winning rank (ties: the lowest).
-  int Top() const { return node_[1].rank; }
-  /// Up to `k` candidates: the winner, then the winners of the largest rank
-  /// ranges that do not contain it.
-  int Candidates(int k, int* out) const {
-    int n = 0;
-    out[n++] = node_[1].rank;
-    for (int v = 1; n < k && v < leaves_;) {
-      const bool in_left = node_[2 * v].rank == node_[v].rank;
-      const int other = node_[in_left ? 2 * v + 1 : 2 * v].rank;
-      if (other >= 0) out[n++] = other;
-      v = in_left ? 2 * v : 2 * v + 1;
-    }
-    return n;
-  }
-  void Set(int rank, double finish) {
-    int k = leaves_ + rank;
-    node_[k].key = finish;
-    for (k /= 2; k >= 1; k /= 2) node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
-  }
+namespace {
 
- private:
-  static constexpr double kInf = std::numeric_limits<double>::infinity();
-  struct Node {
-    double key;
-    int rank;
-  };
-  // `a` is the left (lower ranks) child, so ties keep the lower rank. Padding
-  // leaves past the last rank hold a key that never wins, so they need no
-  // test of their own.
-  static Node Win(const Node& a, const Node& b) {
-    return (kMost ? b.key > a.key : b.key < a.key) ? b : a;
+// The fullest of `packs` with room for `tokens` more (ties: the first), or
+// -1 when none has room.
+int FullestFit(const std::vector<Pack>& packs, double tokens, double cap) {
+  int fit = -1;
+  for (size_t k = 0; k < packs.size(); ++k) {
+    if (packs[k].tokens + tokens <= cap &&
+        (fit < 0 || packs[k].tokens > packs[fit].tokens)) {
+      fit = static_cast<int>(k);
+    }
   }
-  int leaves_ = 1;
-  std::vector<Node> node_;
-};
+  return fit;
+}
+
+}  // namespace
 
 void StepPlanner::Deal(const std::vector<int>& short_items, Draft* d) const {
   // Longest first, each to the rank (among the least loaded few) where it
-  // finishes earliest, into its fullest pack with room. Runs of the tiniest
-  // sequences (together at most 1/64 of a pack) are dealt as one: a rank's
-  // finish time then moves in steps of at most ~1.5% of a pack, and dealing
-  // takes a fraction of the time on steps of 10^5 sequences.
+  // finishes earliest, into its fullest pack with room. Runs of small
+  // sequences are dealt as one, and dealing then takes a fraction of the time
+  // on steps of 10^5 sequences: a run holds at most 1/64 of a pack, or, while
+  // the sequences still to come are more than four such runs a rank (they,
+  // shorter, even the ranks out at the end), up to a quarter of what is left
+  // a rank and at most 1/4 of a pack. (Coarser runs early fill packs with
+  // fewer gaps: on the reference scenarios they plan no worse than runs of
+  // 1/64 throughout.)
   RankTree</*kMost=*/false> tree(d->finish);
   const int max_candidates =
       std::min(std::max(1, options_.candidate_ranks), 32);
   int candidate[32];
   d->next_item.assign(items_.size(), -1);
-  const double run_tokens = short_cap_ / 64;
+  // Tokens of each rank's emptiest pack (infinite when it has none).
+  std::vector<double> emptiest(world_, std::numeric_limits<double>::infinity());
+  for (int r = 0; r < world_; ++r) {
+    for (const Pack& pack : d->rank_packs[r]) {
+      emptiest[r] = std::min(emptiest[r], pack.tokens);
+    }
+  }
   const size_t n = short_items.size();
+  double left = 0;  // tokens of short_items[j, n)
+  for (int i : short_items) left += items_[i].length;
   for (size_t j = 0; j < n;) {
+    const double run_tokens = std::clamp(left / (4.0 * world_),
+                                         short_cap_ / 64, short_cap_ / 4);
     size_t end = j + 1;
     double tokens = items_[short_items[j]].length;
     double add = item_cost_[short_items[j]];
@@ -94,33 +73,37 @@ void StepPlanner::Deal(const std::vector<int>& short_items, Draft* d) const {
     int best_rank = -1;
     int best_pack = -1;
     for (int c = 0; c < found; ++c) {
+      // Whether some pack has room (its emptiest does): which one only
+      // matters on the rank chosen.
       const int rank = candidate[c];
-      const std::vector<Pack>& packs = d->rank_packs[rank];
-      int fit = -1;
-      for (size_t k = 0; k < packs.size(); ++k) {
-        if (packs[k].tokens + tokens <= short_cap_ &&
-            (fit < 0 || packs[k].tokens > packs[fit].tokens)) {
-          fit = static_cast<int>(k);
-        }
-      }
+      const bool fits = emptiest[rank] + tokens <= short_cap_;
       const double finish =
-          d->finish[rank] + add + (fit < 0 ? pack_overhead_ : 0.0);
+          d->finish[rank] + add + (fits ? 0.0 : pack_overhead_);
       if (finish < best_finish - 1e-12) {
         best_finish = finish;
         best_rank = rank;
-        best_pack = fit;
+        best_pack = fits ? 0 : -1;
       }
     }
     std::vector<Pack>& packs = d->rank_packs[best_rank];
+    if (best_pack >= 0) best_pack = FullestFit(packs, tokens, short_cap_);
     if (best_pack < 0) {
       packs.emplace_back();
       best_pack = static_cast<int>(packs.size()) - 1;
     }
+    const bool was_emptiest = packs[best_pack].tokens <= emptiest[best_rank];
     for (; j < end; ++j) {
       AddToPack(short_items[j], items_[short_items[j]], &packs[best_pack], d);
     }
+    if (was_emptiest) {  // else the emptiest pack stays what it was
+      emptiest[best_rank] = std::numeric_limits<double>::infinity();
+      for (const Pack& pack : packs) {
+        emptiest[best_rank] = std::min(emptiest[best_rank], pack.tokens);
+      }
+    }
     d->finish[best_rank] = best_finish;
     tree.Set(best_rank, best_finish);
+    left -= tokens;
   }
 }
 
@@ -144,13 +127,7 @@ void StepPlanner::Refine(Draft* d) const {
         const Item& it = items_[i];
         const double out =
             item_cost_[i] + (from[k].count == 1 ? pack_overhead_ : 0.0);
-        int dest = -1;
-        for (size_t m = 0; m < to.size(); ++m) {
-          if (to[m].tokens + it.length <= short_cap_ &&
-              (dest < 0 || to[m].tokens > to[dest].tokens)) {
-            dest = static_cast<int>(m);
-          }
-        }
+        const int dest = FullestFit(to, it.length, short_cap_);
         const double in = item_cost_[i] + (dest < 0 ? pack_overhead_ : 0.0);
         const double peak = std::max(d->finish[hi] - out, d->finish[lo] + in);
         if (peak < best_peak) {

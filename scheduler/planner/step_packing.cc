@@ -15,9 +15,12 @@ Draft StepPlanner::Build(double limit, bool fill) const {
   d.rank_packs.assign(world_, {});
   std::vector<int> short_items;
   short_items.reserve(items_.size());
+  Enter(PlanPhase::kPacking);
   ChooseGroups(limit, fill, &short_items, &d);
   if (fill) Fill(&short_items, &d);
+  Enter(PlanPhase::kPlacement);
   PlaceGroups(&d);
+  Enter(PlanPhase::kPacking);
   d.short_items = std::move(short_items);
   d.makespan = WaterLevel(d);
   return d;
@@ -65,6 +68,69 @@ void StepPlanner::ChooseGroups(double limit, bool fill,
             candidates);
 }
 
+namespace {
+
+// A block of ranks as a candidate for the next group: when all its ranks
+// are free, and the rank-seconds they idle until then.
+struct BlockKey {
+  double start = std::numeric_limits<double>::infinity();
+  double idle = 0;
+  int block = -1;
+};
+
+// A winner tree over blocks of one group size: the block that frees first
+// (ties: the least idle, then the lowest block) in O(1), an update in
+// O(log blocks).
+class BlockTree {
+ public:
+  explicit BlockTree(const std::vector<BlockKey>& keys) {
+    leaves_ = 1;
+    while (leaves_ < static_cast<int>(keys.size())) leaves_ *= 2;
+    node_.assign(2 * leaves_, BlockKey{});
+    for (size_t i = 0; i < keys.size(); ++i) node_[leaves_ + i] = keys[i];
+    for (int k = leaves_ - 1; k >= 1; --k) {
+      node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
+    }
+  }
+  const BlockKey& Top() const { return node_[1]; }
+  void Set(int leaf, const BlockKey& key) {
+    int k = leaves_ + leaf;
+    node_[k] = key;
+    for (k /= 2; k >= 1; k /= 2) node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
+  }
+
+ private:
+  static const BlockKey& Win(const BlockKey& a, const BlockKey& b) {
+    if (b.block < 0) return a;
+    if (a.block < 0) return b;
+    if (b.start != a.start) return b.start < a.start ? b : a;
+    if (b.idle != a.idle) return b.idle < a.idle ? b : a;
+    return b.block < a.block ? b : a;
+  }
+  int leaves_ = 1;
+  std::vector<BlockKey> node_;
+};
+
+// The blocks holding each rank r (several only where blocks overlap):
+// members[first_of[r], first_of[r + 1]).
+void BlocksOfRanks(const std::vector<Block>& blocks, int p, int world,
+                   std::vector<int>* first_of, std::vector<int>* members) {
+  first_of->assign(world + 1, 0);
+  for (const Block& b : blocks) {
+    for (int r = b.first; r < b.first + p; ++r) ++(*first_of)[r + 1];
+  }
+  for (int r = 0; r < world; ++r) (*first_of)[r + 1] += (*first_of)[r];
+  members->resize((*first_of)[world]);
+  std::vector<int> fill(first_of->begin(), first_of->end() - 1);
+  for (int b = 0; b < static_cast<int>(blocks.size()); ++b) {
+    for (int r = blocks[b].first; r < blocks[b].first + p; ++r) {
+      (*members)[fill[r]++] = b;
+    }
+  }
+}
+
+}  // namespace
+
 void StepPlanner::PlaceGroups(Draft* d) const {
   // Largest groups first, longest first: groups of one size then start on
   // ranks that the larger groups released together.
@@ -75,37 +141,71 @@ void StepPlanner::PlaceGroups(Draft* d) const {
               if (a.dur_intra != b.dur_intra) return a.dur_intra > b.dur_intra;
               return items_[a.item].id < items_[b.item].id;
             });
-  int cached_p = -1;
-  std::vector<Block> blocks;
-  for (LongTask& t : d->long_tasks) {
-    const int p = t.config.p;
-    if (p != cached_p) {
-      blocks = BlocksOf(p);
-      cached_p = p;
+  const size_t n = d->long_tasks.size();
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && d->long_tasks[j].config.p == d->long_tasks[i].config.p) {
+      ++j;
     }
+    PlaceGroupsOfSize(i, j, d);
+    i = j;
+  }
+}
+
+void StepPlanner::PlaceGroupsOfSize(size_t begin, size_t end, Draft* d) const {
+  // Each group goes to the block where it finishes first (ties: the least
+  // idle): in each class of blocks (inside a node, across nodes) that is
+  // the block that frees first, so one winner tree per class suffices.
+  const int p = d->long_tasks[begin].config.p;
+  const std::vector<Block> blocks = BlocksOf(p);
+  const int num_blocks = static_cast<int>(blocks.size());
+  std::vector<int> first_of, members;
+  BlocksOfRanks(blocks, p, world_, &first_of, &members);
+  auto key = [&](int b) {
+    double start = 0, busy = 0;
+    for (int r = blocks[b].first; r < blocks[b].first + p; ++r) {
+      start = std::max(start, d->finish[r]);
+      busy += d->finish[r];
+    }
+    return BlockKey{start, start * p - busy, b};
+  };
+  std::vector<int> leaf(num_blocks);
+  std::vector<BlockKey> keys[2];  // [0]: across nodes, [1]: inside one
+  for (int b = 0; b < num_blocks; ++b) {
+    leaf[b] = static_cast<int>(keys[blocks[b].intra].size());
+    keys[blocks[b].intra].push_back(key(b));
+  }
+  BlockTree trees[2] = {BlockTree(keys[0]), BlockTree(keys[1])};
+  std::vector<size_t> stamp(num_blocks, end);
+  for (size_t ti = begin; ti < end; ++ti) {
+    LongTask& t = d->long_tasks[ti];
+    const double dur[2] = {LongDuration(t, false), t.dur_intra};
     double best_finish = std::numeric_limits<double>::infinity();
     double best_idle = 0;
-    const Block* best = nullptr;
-    const double di = t.dur_intra;
-    const double de = LongDuration(t, false);
-    for (const Block& b : blocks) {
-      double start = 0, busy = 0;
-      for (int r = b.first; r < b.first + p; ++r) {
-        start = std::max(start, d->finish[r]);
-        busy += d->finish[r];
-      }
-      const double idle = start * p - busy;
-      const double finish = start + (b.intra ? di : de);
+    int best = -1;
+    for (int c : {1, 0}) {
+      const BlockKey& top = trees[c].Top();
+      if (top.block < 0) continue;
+      const double finish = top.start + dur[c];
       if (finish < best_finish - 1e-12 ||
-          (finish < best_finish + 1e-12 && idle < best_idle)) {
+          (finish < best_finish + 1e-12 && top.idle < best_idle)) {
         best_finish = finish;
-        best_idle = idle;
-        best = &b;
+        best_idle = top.idle;
+        best = top.block;
       }
     }
-    t.first_rank = best->first;
-    for (int r = best->first; r < best->first + p; ++r)
+    t.first_rank = blocks[best].first;
+    for (int r = t.first_rank; r < t.first_rank + p; ++r) {
       d->finish[r] = best_finish;
+    }
+    for (int r = t.first_rank; r < t.first_rank + p; ++r) {
+      for (int m = first_of[r]; m < first_of[r + 1]; ++m) {
+        const int b = members[m];
+        if (stamp[b] == ti) continue;
+        stamp[b] = ti;
+        trees[blocks[b].intra].Set(leaf[b], key(b));
+      }
+    }
   }
 }
 
@@ -144,7 +244,9 @@ double StepPlanner::WaterLevel(const Draft& d) const {
 }
 
 void StepPlanner::Finish(Draft* d) const {
+  Enter(PlanPhase::kDealing);
   Deal(d->short_items, d);
+  Enter(PlanPhase::kRefinement);
   Refine(d);
   d->makespan = *std::max_element(d->finish.begin(), d->finish.end());
 }

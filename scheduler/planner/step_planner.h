@@ -80,13 +80,66 @@ struct Draft {
   double makespan = std::numeric_limits<double>::infinity();
 };
 
+// A winner tree over the ranks' finish times: the least (or, with
+// kMost, the most) loaded rank in O(1) and an update in O(log W), with keys
+// stored in the nodes so that a level costs one comparison of neighbours.
+template <bool kMost>
+class RankTree {
+ public:
+  explicit RankTree(const std::vector<double>& finish) {
+    const int n = static_cast<int>(finish.size());
+    leaves_ = 1;
+    while (leaves_ < n) leaves_ *= 2;
+    node_.assign(2 * leaves_, Node{kMost ? -kInf : kInf, -1});
+    for (int r = 0; r < n; ++r) node_[leaves_ + r] = Node{finish[r], r};
+    for (int k = leaves_ - 1; k >= 1; --k)
+      node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
+  }
+  /// The winning rank (ties: the lowest).
+  int Top() const { return node_[1].rank; }
+  /// Up to `k` candidates: the winner, then the winners of the largest rank
+  /// ranges that do not contain it.
+  int Candidates(int k, int* out) const {
+    int n = 0;
+    out[n++] = node_[1].rank;
+    for (int v = 1; n < k && v < leaves_;) {
+      const bool in_left = node_[2 * v].rank == node_[v].rank;
+      const int other = node_[in_left ? 2 * v + 1 : 2 * v].rank;
+      if (other >= 0) out[n++] = other;
+      v = in_left ? 2 * v : 2 * v + 1;
+    }
+    return n;
+  }
+  void Set(int rank, double finish) {
+    int k = leaves_ + rank;
+    node_[k].key = finish;
+    for (k /= 2; k >= 1; k /= 2) node_[k] = Win(node_[2 * k], node_[2 * k + 1]);
+  }
+
+ private:
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  struct Node {
+    double key;
+    int rank;
+  };
+  // `a` is the left (lower ranks) child, so ties keep the lower rank. Padding
+  // leaves past the last rank hold a key that never wins, so they need no
+  // test of their own.
+  static Node Win(const Node& a, const Node& b) {
+    return (kMost ? b.key > a.key : b.key < a.key) ? b : a;
+  }
+  int leaves_ = 1;
+  std::vector<Node> node_;
+};
+
 class StepPlanner {
  public:
   StepPlanner(const CostModel& model, const PlannerOptions& options,
-              const std::vector<int>& sizes)
+              const std::vector<int>& sizes, PlanPhaseObserver* observer)
       : model_(model),
         options_(options),
         sizes_(sizes),
+        observer_(observer),
         world_(options.world_size),
         layers_(model.model().layers),
         node_(model.gpus_per_node()) {}
@@ -95,6 +148,9 @@ class StepPlanner {
                                 const LengthView& lengths);
 
  private:
+  void Enter(PlanPhase phase) const {
+    if (observer_ != nullptr) observer_->Enter(phase);
+  }
   double Recompute(int k) const { return static_cast<double>(k) / layers_; }
   // Smallest recompute step whose token capacity holds `tokens_per_gpu`, or
   // -1 when none does.
@@ -135,6 +191,8 @@ class StepPlanner {
   void ChooseGroups(double limit, bool fill, std::vector<int>* short_items,
                     Draft* d) const;
   void PlaceGroups(Draft* d) const;
+  // Places long_tasks[begin, end), all of one group size, in order.
+  void PlaceGroupsOfSize(size_t begin, size_t end, Draft* d) const;
   double WaterLevel(const Draft& d) const;
   // Deals the short sequences and refines: the draft's exact step time.
   void Finish(Draft* d) const;
@@ -154,17 +212,22 @@ class StepPlanner {
   // never worse than one group size for every sequence, as this cost
   // model sees them.
   void KeepUniformIfFaster(double total_tokens, Draft* best) const;
+  // A step time no uniform draft of p can beat (either placement of its
+  // groups, inside a node or across).
+  double UniformBound(int p, double total_tokens, double total_units) const;
   StepPlan Emit(int64_t step, const Draft& d, double total_tokens) const;
 
   const CostModel& model_;
   const PlannerOptions& options_;
   const std::vector<int>& sizes_;
+  PlanPhaseObserver* const observer_;  // may be null
   const int world_;
   const int layers_;
   const int node_;
 
   absl::Span<const int64_t> samples_;  // the step's samples, as given
   std::vector<Item> items_;            // the step's sequences, longest first
+  std::vector<double> prefix_tokens_;  // tokens of items_[0, i)
   std::vector<double> max_tokens_;     // per recompute step k
   int short_k_ = 0;
   double short_recompute_ = 0;

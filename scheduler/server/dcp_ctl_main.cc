@@ -55,6 +55,19 @@ std::string FormatStatus(const v1::StatusResponse& s) {
   absl::StrAppendFormat(&out, "store   %d keys, %d bytes\n", s.store_keys(),
                         s.store_bytes());
   absl::StrAppendFormat(
+      &out, "ranks   live %d of %d   failures %d   %s\n", s.live_ranks(),
+      s.world_size(), s.rank_failures(),
+      s.on_rank_failure().empty()
+          ? std::string("failure detection off (--rank_timeout=0)")
+      : s.on_rank_failure() == "hold"
+          ? absl::StrCat("policy hold", s.holding()
+                                            ? ": HOLDING, no new step until "
+                                              "the failed ranks return"
+                                            : "")
+          : absl::StrFormat("policy shrink: epoch world %d ranks, %d steps "
+                            "abandoned and re-planned",
+                            s.epoch_world_size(), s.abandoned_steps()));
+  absl::StrAppendFormat(
       &out,
       "model   task error %s (last refit %s -> %s)   step error %s (sync "
       "%s)   refits %d   timing reports %d   observations %d\n",
@@ -65,19 +78,22 @@ std::string FormatStatus(const v1::StatusResponse& s) {
   if (!s.planner_error().empty()) {
     absl::StrAppendFormat(&out, "PLANNER ERROR: %s\n", s.planner_error());
   }
-  absl::StrAppendFormat(&out, "\n%5s  %-20s %4s %8s  %-9s %6s %9s %5s %8s\n",
-                        "rank", "host", "gpu", "pid", "connected", "sent",
-                        "reported", "lag", "idle_s");
+  absl::StrAppendFormat(
+      &out, "\n%5s  %-20s %4s %8s  %-9s %6s %9s %5s %8s  %s\n", "rank", "host",
+      "gpu", "pid", "connected", "sent", "reported", "lag", "idle_s", "state");
   for (const v1::RankStatus& r : s.ranks()) {
     if (!r.registered()) {
       absl::StrAppendFormat(&out, "%5d  %-20s\n", r.rank(), "(not registered)");
       continue;
     }
-    absl::StrAppendFormat(&out, "%5d  %-20s %4d %8d  %-9s %6d %9d %5d %8.1f\n",
-                          r.rank(), r.host(), r.gpu(), r.pid(),
-                          r.connected() ? "yes" : "no", r.last_sent_step(),
-                          r.last_reported_step(), r.lag_steps(),
-                          r.idle_seconds());
+    const char* state = r.failed()    ? "FAILED"
+                        : !r.member() ? "live (joins next epoch)"
+                                      : "live";
+    absl::StrAppendFormat(
+        &out, "%5d  %-20s %4d %8d  %-9s %6d %9d %5d %8.1f  %s\n", r.rank(),
+        r.host(), r.gpu(), r.pid(), r.connected() ? "yes" : "no",
+        r.last_sent_step(), r.last_reported_step(), r.lag_steps(),
+        r.idle_seconds(), state);
   }
   std::vector<std::pair<std::string, double>> coefficients(
       s.coefficients().begin(), s.coefficients().end());

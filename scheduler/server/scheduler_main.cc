@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/current_build_info.h"
 #include "common/file_util.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
@@ -56,8 +57,9 @@
 #include "scheduler/server/scheduler_metrics.h"
 #include "scheduler/server/scheduler_server.h"
 
-ABSL_FLAG(int, gpus_per_node, 8,
-          "GPUs per node: groups within a node use the intra-node links.");
+ABSL_FLAG(int, gpus_per_node, 0,
+          "GPUs per node: groups within a node use the intra-node links (0 = "
+          "the --cluster_config's, 8 for the built-ins).");
 ABSL_FLAG(int, lookahead_steps, 4,
           "Steps planned ahead of the last step every rank has reported.");
 ABSL_FLAG(int64_t, max_steps, 0,
@@ -108,6 +110,15 @@ ABSL_FLAG(std::string, state_dir, "",
           "before it takes effect. A scheduler restarted on it resumes the "
           "job (same session; steps planned but not completed are served "
           "again as planned). Empty: nothing survives a restart.");
+ABSL_FLAG(absl::Duration, rank_timeout, absl::Seconds(60),
+          "A rank whose plan stream is gone and that has not been heard from "
+          "for this long is declared failed (0 disables detection).");
+ABSL_FLAG(std::string, on_rank_failure, "hold",
+          "What a failed rank does to the job. hold: plan no new step until "
+          "it registers again; shrink: a new epoch for the remaining ranks, "
+          "the steps not completed re-planned for them (a rank that returns "
+          "is in the world again from the next step). shrink refuses "
+          "execute-mode agents and --state_dir.");
 ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
           "After a stop, how long to wait for plan streams to end.");
 
@@ -172,6 +183,43 @@ void LogRefused(absl::string_view method, const absl::Status& status) {
                static_cast<long long>(n), status.ToString().c_str());
 }
 
+void LogRankEvent(const RankFailureEvent& e) {
+  const std::string members = absl::StrJoin(e.members, ",");
+  if (e.returned >= 0) {
+    std::fprintf(stderr,
+                 "%s rank %d returned (registered again): %s; %d ranks live\n",
+                 Now().c_str(), e.returned,
+                 e.policy == "hold"
+                     ? (e.holding ? "still holding: other ranks are failed"
+                                  : "hold ends, the job goes on")
+                     : absl::StrCat("it joins the world [", members,
+                                    "] with the next epoch, at the next "
+                                    "step planned")
+                           .c_str(),
+                 e.live_ranks);
+    return;
+  }
+  const std::string failed = absl::StrJoin(e.failed, ",");
+  if (e.policy == "hold") {
+    std::fprintf(stderr,
+                 "%s rank failure: ranks [%s] failed (no plan stream, silent "
+                 "for --rank_timeout); holding: no new step is planned until "
+                 "they register again; %d ranks live\n",
+                 Now().c_str(), failed.c_str(), e.live_ranks);
+    return;
+  }
+  std::fprintf(
+      stderr,
+      "%s rank failure: ranks [%s] failed (no plan stream, silent for "
+      "--rank_timeout); shrink: epoch %lld on ranks [%s]; steps [%lld, %lld) "
+      "abandoned, their %lld samples planned again from step %lld on\n",
+      Now().c_str(), failed.c_str(), static_cast<long long>(e.epoch),
+      members.c_str(), static_cast<long long>(e.abandoned_from),
+      static_cast<long long>(e.abandoned_to),
+      static_cast<long long>(e.reserved_samples),
+      static_cast<long long>(e.abandoned_to));
+}
+
 void LogResumed(const ResumeEvent& e) {
   std::fprintf(
       stderr,
@@ -229,7 +277,11 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   options.fanout_threads = absl::GetFlag(FLAGS_fanout_threads);
   ControlPlaneOptions& cp = options.control_plane;
   cp.world_size = job.world_size;
-  cp.cluster.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  ASSIGN_OR_RETURN(cp.cluster, LoadClusterFlag(job.cluster_config,
+                                               BazelWorkingDirectory()));
+  if (absl::GetFlag(FLAGS_gpus_per_node) != 0) {
+    cp.cluster.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  }
   cp.window = job.window;
   cp.tokens_per_step = job.tokens_per_step;
   cp.seed = job.seed;
@@ -244,6 +296,19 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   cp.profile_at_start = absl::GetFlag(FLAGS_profile_at_start);
   cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);
+  cp.rank_timeout = absl::GetFlag(FLAGS_rank_timeout);
+  const std::string policy = absl::GetFlag(FLAGS_on_rank_failure);
+  if (policy == "hold") {
+    cp.on_rank_failure = RankFailurePolicy::kHold;
+  } else if (policy == "shrink") {
+    cp.on_rank_failure = RankFailurePolicy::kShrink;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--on_rank_failure must be hold or shrink, not '", policy, "'"));
+  }
+  if (cp.rank_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--rank_timeout must be >= 0");
+  }
   if (cp.cluster.gpus_per_node <= 0) {
     return absl::InvalidArgumentError("--gpus_per_node must be positive");
   }
@@ -256,6 +321,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.on_refit = LogRefit;
   cp.on_profile_done = LogProfileDone;
   cp.on_resumed = LogResumed;
+  cp.on_rank_event = LogRankEvent;
   return options;
 }
 
@@ -288,6 +354,45 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
   return server;
 }
 
+// Says how failed ranks are found and handled, or that they are not.
+void LogFailureDetection() {
+  if (absl::GetFlag(FLAGS_rank_timeout) > absl::ZeroDuration()) {
+    const std::string timeout =
+        absl::FormatDuration(absl::GetFlag(FLAGS_rank_timeout));
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: a rank silent for %s without a plan "
+                 "stream is declared failed; --on_rank_failure=%s\n",
+                 Now().c_str(), timeout.c_str(),
+                 absl::GetFlag(FLAGS_on_rank_failure).c_str());
+  } else {
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: --rank_timeout=0: failed ranks are not "
+                 "detected (a dead rank stalls the job)\n",
+                 Now().c_str());
+  }
+}
+
+// Serves until the job ends or a signal stops it: the first SIGINT/SIGTERM
+// drains and stops; a second exits at once.
+void ServeUntilStopped(SchedulerServer& server) {
+  SchedulerServer* srv = &server;
+  SignalWatcher watcher([srv](int signal, int count) {
+    if (count == 1) {
+      const int64_t last = srv->control_plane().Drain(/*stop=*/true);
+      std::fprintf(stderr,
+                   "%s signal %d: draining after step %lld, then exiting "
+                   "(signal again to exit now)\n",
+                   Now().c_str(), signal, static_cast<long long>(last));
+    } else {
+      std::fprintf(stderr, "%s signal %d: exiting now\n", Now().c_str(),
+                   signal);
+      srv->control_plane().Shutdown();
+    }
+  });
+  server.Wait();
+  server.Shutdown();
+}
+
 absl::Status Run() {
   ASSIGN_OR_RETURN(SchedulerServerOptions options, OptionsFromFlags());
   // Outlives the server, whose control plane writes to it.
@@ -302,7 +407,8 @@ absl::Status Run() {
   MetricsRegistry registry;
   std::unique_ptr<SchedulerMetrics> metrics;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
-    ASSIGN_OR_RETURN(metrics, SchedulerMetrics::Create(&registry));
+    ASSIGN_OR_RETURN(metrics, SchedulerMetrics::Create(
+                                  &registry, nullptr, CurrentBuildInfo()));
     metrics->Instrument(options);
   }
 
@@ -321,6 +427,7 @@ absl::Status Run() {
                Now().c_str(), server->control_plane().session_id().c_str(),
                server->address().c_str(), server->security().c_str(),
                model.c_str(), world, static_cast<long long>(samples));
+  LogFailureDetection();
   if (metrics != nullptr) {
     SchedulerServer* srv = server.get();
     metrics->SetStatusSource([srv] { return srv->control_plane().Status(); });
@@ -334,25 +441,7 @@ absl::Status Run() {
     RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
                                         absl::StrCat(server->port(), "\n")));
   }
-  {
-    // The first SIGINT/SIGTERM drains and stops; a second exits at once.
-    SchedulerServer* srv = server.get();
-    SignalWatcher watcher([srv](int signal, int count) {
-      if (count == 1) {
-        const int64_t last = srv->control_plane().Drain(/*stop=*/true);
-        std::fprintf(stderr,
-                     "%s signal %d: draining after step %lld, then exiting "
-                     "(signal again to exit now)\n",
-                     Now().c_str(), signal, static_cast<long long>(last));
-      } else {
-        std::fprintf(stderr, "%s signal %d: exiting now\n", Now().c_str(),
-                     signal);
-        srv->control_plane().Shutdown();
-      }
-    });
-    server->Wait();
-    server->Shutdown();
-  }
+  ServeUntilStopped(*server);
   const v1::StatusResponse status = server->control_plane().Status();
   std::fprintf(stderr,
                "%s dcp-scheduler: exiting; %lld steps planned, %lld "

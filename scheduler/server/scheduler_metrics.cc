@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
+#include "scheduler/control/step_stats.h"
 
 namespace dcp {
 namespace {
@@ -37,21 +38,25 @@ std::string CodeName(absl::StatusCode code) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerMetrics>> SchedulerMetrics::Create(
-    MetricsRegistry* registry, Clock* clock) {
+    MetricsRegistry* registry, Clock* clock, BuildInfo build) {
   if (registry == nullptr) {
     return absl::InvalidArgumentError("SchedulerMetrics needs a registry");
   }
   std::unique_ptr<SchedulerMetrics> metrics(
-      new SchedulerMetrics(registry, clock));
+      new SchedulerMetrics(registry, clock, std::move(build)));
   RETURN_IF_ERROR(metrics->Register());
   return metrics;
 }
 
-SchedulerMetrics::SchedulerMetrics(MetricsRegistry* registry, Clock* clock)
-    : registry_(registry), clock_(clock != nullptr ? clock : &real_clock_) {}
+SchedulerMetrics::SchedulerMetrics(MetricsRegistry* registry, Clock* clock,
+                                   BuildInfo build)
+    : registry_(registry),
+      clock_(clock != nullptr ? clock : &real_clock_),
+      build_(std::move(build)) {}
 
 absl::Status SchedulerMetrics::Register() {
   RETURN_IF_ERROR(RegisterEventFamilies());
+  RETURN_IF_ERROR(RegisterStepFamilies());
   registry_->AddCollectHook([this] { TakeSnapshot(); });
   RETURN_IF_ERROR(RegisterJobFamilies());
   RETURN_IF_ERROR(RegisterRankFamilies());
@@ -104,6 +109,68 @@ absl::Status SchedulerMetrics::RegisterEventFamilies() {
   return absl::OkStatus();
 }
 
+// The build, the planned tasks' mix and the last completed step.
+absl::Status SchedulerMetrics::RegisterStepFamilies() {
+  MetricsRegistry& r = *registry_;
+  ASSIGN_OR_RETURN(GaugeFamily * build,
+                   r.AddGaugeFamily("dcp_scheduler_build_info",
+                                    "Always 1; labels name the version and "
+                                    "the git commit built (\"unknown\" "
+                                    "outside a git checkout).",
+                                    {"version", "commit"}));
+  ASSIGN_OR_RETURN(Gauge * one,
+                   build->WithLabels({build_.version, build_.commit}));
+  one->Set(1);
+  ASSIGN_OR_RETURN(std::vector<double> sizes, ExponentialBuckets(1, 2, 13));
+  ASSIGN_OR_RETURN(
+      task_group_size_,
+      r.AddHistogram("dcp_scheduler_task_group_size",
+                     "Sequence-parallel group size of each planned task.",
+                     std::move(sizes)));
+  ASSIGN_OR_RETURN(
+      task_recompute_,
+      r.AddHistogram("dcp_scheduler_task_recompute_ratio",
+                     "Recompute ratio (fraction of layers recomputed) of "
+                     "each planned task.",
+                     {0, 0.25, 0.5, 0.75, 1.0}));
+  ASSIGN_OR_RETURN(
+      step_predicted_seconds_,
+      r.AddGauge("dcp_scheduler_step_predicted_seconds",
+                 "The planner's predicted time of the last completed step "
+                 "(the step of dcp_scheduler_step_measured_seconds)."));
+  ASSIGN_OR_RETURN(
+      step_measured_seconds_,
+      r.AddGauge("dcp_scheduler_step_measured_seconds",
+                 "Measured time of the last completed step: its slowest "
+                 "rank's task plus sync seconds, as reported."));
+  ASSIGN_OR_RETURN(
+      step_seconds_,
+      r.AddHistogram("dcp_scheduler_step_seconds",
+                     "Measured time of each completed step (slowest rank's "
+                     "task plus sync seconds).",
+                     {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                      1, 2.5, 5, 10, 25, 60, 120, 300}));
+  ASSIGN_OR_RETURN(
+      GaugeFamily * imbalance,
+      r.AddGaugeFamily("dcp_scheduler_step_imbalance_ratio",
+                       "Idle fraction of the last completed step, 1 - "
+                       "mean/max of the ranks' busy (task) seconds: from the "
+                       "plan's predicted task times (source=\"predicted\") "
+                       "and from the reports (source=\"measured\").",
+                       {"source"}));
+  ASSIGN_OR_RETURN(predicted_imbalance_, imbalance->WithLabels({"predicted"}));
+  ASSIGN_OR_RETURN(measured_imbalance_, imbalance->WithLabels({"measured"}));
+  ASSIGN_OR_RETURN(trained_tokens_,
+                   r.AddCounter("dcp_scheduler_trained_tokens_total",
+                                "Tokens of the steps completed so far."));
+  ASSIGN_OR_RETURN(
+      tokens_per_second_,
+      r.AddGauge("dcp_scheduler_tokens_per_second",
+                 "The last completed step's tokens over its measured "
+                 "seconds."));
+  return absl::OkStatus();
+}
+
 // The job's progress and membership, read from the Status() snapshot at
 // each scrape.
 absl::Status SchedulerMetrics::RegisterJobFamilies() {
@@ -149,6 +216,19 @@ absl::Status SchedulerMetrics::RegisterJobFamilies() {
             s.ranks().begin(), s.ranks().end(),
             [](const v1::RankStatus& r) { return r.connected(); });
       }));
+  // Rank failures (--rank_timeout, --on_rank_failure).
+  RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_live_ranks", "Ranks registered and not declared failed.",
+      [](const v1::StatusResponse& s) { return s.live_ranks(); }));
+  RETURN_IF_ERROR(AddStatusCounter(
+      "dcp_scheduler_rank_failures_total",
+      "Ranks declared failed (plan stream gone, silent for --rank_timeout).",
+      [](const v1::StatusResponse& s) { return s.rank_failures(); }));
+  RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_holding",
+      "1 while --on_rank_failure=hold waits for a failed rank to return (no "
+      "new step is planned), else 0.",
+      [](const v1::StatusResponse& s) { return s.holding() ? 1 : 0; }));
   return absl::OkStatus();
 }
 
@@ -285,6 +365,11 @@ void SchedulerMetrics::Instrument(SchedulerServerOptions& options) {
     if (next) next(event);
     OnStepPlanned(event);
   };
+  cp.on_step_completed = [this, next = std::move(cp.on_step_completed)](
+                             const StepCompletedEvent& event) {
+    if (next) next(event);
+    OnStepCompleted(event);
+  };
   cp.on_refit = [this, next = std::move(cp.on_refit)](const RefitEvent& event) {
     if (next) next(event);
     OnRefit(event);
@@ -307,6 +392,29 @@ void SchedulerMetrics::OnStepPlanned(const PlannedStepEvent& event) {
   planned_samples_->Increment(static_cast<double>(event.samples));
   predicted_step_seconds_->Set(event.predicted_seconds);
   last_step_planned_time_->Set(UnixSeconds(clock_->Now()));
+  for (int p : event.task_group_sizes) task_group_size_->Observe(p);
+  for (double ratio : event.task_recompute) task_recompute_->Observe(ratio);
+  const double idle = IdleFraction(event.predicted_rank_busy_seconds);
+  absl::MutexLock lock(&pending_mu_);
+  predicted_idle_[{event.epoch, event.step}] = idle;
+  while (predicted_idle_.size() > kMaxPendingSteps) {
+    predicted_idle_.erase(predicted_idle_.begin());
+  }
+}
+
+void SchedulerMetrics::OnStepCompleted(const StepCompletedEvent& event) {
+  step_predicted_seconds_->Set(event.predicted_seconds);
+  step_measured_seconds_->Set(event.measured_seconds);
+  step_seconds_->Observe(event.measured_seconds);
+  measured_imbalance_->Set(IdleFraction(event.rank_busy_seconds));
+  trained_tokens_->Increment(static_cast<double>(event.tokens));
+  tokens_per_second_->Set(
+      event.measured_seconds > 0 ? event.tokens / event.measured_seconds : 0.0);
+  absl::MutexLock lock(&pending_mu_);
+  auto it = predicted_idle_.find({event.epoch, event.step});
+  if (it == predicted_idle_.end()) return;
+  predicted_imbalance_->Set(it->second);
+  predicted_idle_.erase(it);
 }
 
 void SchedulerMetrics::OnRefit(const RefitEvent& /*event*/) {

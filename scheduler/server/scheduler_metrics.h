@@ -1,9 +1,12 @@
 #ifndef DCP_SCHEDULER_SERVER_SCHEDULER_METRICS_H_
 #define DCP_SCHEDULER_SERVER_SCHEDULER_METRICS_H_
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -11,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/build_info.h"
 #include "common/clock.h"
 #include "common/metrics/metrics.h"
 #include "proto/scheduler_service.pb.h"
@@ -27,8 +31,10 @@ using SchedulerStatusSource = std::function<v1::StatusResponse()>;
 /// README's "Metrics" section lists them). Three sources feed them:
 ///
 /// - the control plane's callbacks as things happen (`OnStepPlanned`:
-///   planning time histogram, tokens and samples planned; `OnRefit`: the
-///   time of the last refit);
+///   planning time histogram, tokens and samples planned, the group sizes
+///   and recompute ratios of the planned tasks; `OnStepCompleted`: the last
+///   completed step's predicted and measured time, imbalance and tokens per
+///   second, trained tokens; `OnRefit`: the time of the last refit);
 /// - the gRPC server's end of every unary RPC (`OnRpcDone`: RPCs by method
 ///   and code, rejected timing reports by code);
 /// - a snapshot of `ControlPlane::Status()` taken once per scrape (steps,
@@ -43,10 +49,11 @@ using SchedulerStatusSource = std::function<v1::StatusResponse()>;
 /// callbacks already there); `SetStatusSource` the third, once the server
 /// runs. Until then the snapshot families have no samples.
 ///
-/// Thread-safe; the event methods are lock-free (atomics) and fit for the
-/// planning thread and gRPC threads. Registers its families in the registry
-/// it is given, which must outlive it; it must outlive the server it
-/// instruments.
+/// Thread-safe; the event methods are atomics, plus a short mutex over the
+/// planned steps' predicted imbalance in `OnStepPlanned` and
+/// `OnStepCompleted`, and fit for the planning thread and gRPC threads.
+/// Registers its families in the registry it is given, which must outlive it;
+/// it must outlive the server it instruments.
 ///
 ///   MetricsRegistry registry;
 ///   ASSIGN_OR_RETURN(std::unique_ptr<SchedulerMetrics> metrics,
@@ -59,30 +66,39 @@ class SchedulerMetrics {
  public:
   /// Registers every family in `registry` (not owned; required). `clock`
   /// stamps the `_timestamp_seconds` gauges; null = real time (not owned).
-  /// ALREADY_EXISTS when the registry has them already.
+  /// `build` labels `dcp_scheduler_build_info` (the daemon passes
+  /// `CurrentBuildInfo()`). ALREADY_EXISTS when the registry has them
+  /// already.
   static absl::StatusOr<std::unique_ptr<SchedulerMetrics>> Create(
-      MetricsRegistry* registry, Clock* clock = nullptr);
+      MetricsRegistry* registry, Clock* clock = nullptr,
+      BuildInfo build = {kDcpVersion, "unknown"});
 
   SchedulerMetrics(const SchedulerMetrics&) = delete;
   SchedulerMetrics& operator=(const SchedulerMetrics&) = delete;
 
-  /// Chains `OnStepPlanned` and `OnRefit` onto the control plane's
-  /// callbacks in `options` (after the callbacks already set) and sets
-  /// `on_rpc_done` (after the one already set).
+  /// Chains `OnStepPlanned`, `OnStepCompleted` and `OnRefit` onto the
+  /// control plane's callbacks in `options` (after the callbacks already
+  /// set) and sets `on_rpc_done` (after the one already set).
   void Instrument(SchedulerServerOptions& options);
 
   /// Reads the control plane at every scrape from now on.
   void SetStatusSource(SchedulerStatusSource status);
 
   void OnStepPlanned(const PlannedStepEvent& event);
+  /// The step gauges then describe `event`'s step. Its predicted imbalance
+  /// is the one `OnStepPlanned` computed for the same (epoch, step); a step
+  /// this instance did not see planned (planned before a restart) leaves
+  /// that gauge as it was.
+  void OnStepCompleted(const StepCompletedEvent& event);
   void OnRefit(const RefitEvent& event);
   /// `method` is the RPC's short name ("ReportTimings").
   void OnRpcDone(absl::string_view method, absl::StatusCode code);
 
  private:
-  SchedulerMetrics(MetricsRegistry* registry, Clock* clock);
+  SchedulerMetrics(MetricsRegistry* registry, Clock* clock, BuildInfo build);
   absl::Status Register();
   absl::Status RegisterEventFamilies();
+  absl::Status RegisterStepFamilies();
   absl::Status RegisterJobFamilies();
   absl::Status RegisterRankFamilies();
   absl::Status RegisterModelFamilies();
@@ -117,6 +133,25 @@ class SchedulerMetrics {
   Gauge* last_refit_time_ = nullptr;
   CounterFamily* rpcs_ = nullptr;
   CounterFamily* rejected_reports_ = nullptr;
+  Histogram* task_group_size_ = nullptr;
+  Histogram* task_recompute_ = nullptr;
+  // The last completed step's figures, fed by OnStepCompleted.
+  Gauge* step_predicted_seconds_ = nullptr;
+  Gauge* step_measured_seconds_ = nullptr;
+  Histogram* step_seconds_ = nullptr;
+  Gauge* predicted_imbalance_ = nullptr;
+  Gauge* measured_imbalance_ = nullptr;
+  Counter* trained_tokens_ = nullptr;
+  Gauge* tokens_per_second_ = nullptr;
+  const BuildInfo build_;
+
+  /// Predicted idle fraction of each step planned and not yet completed, by
+  /// (epoch, step); at most `kMaxPendingSteps`, the oldest dropped first
+  /// (steps of an abandoned epoch never complete).
+  static constexpr size_t kMaxPendingSteps = 4096;
+  absl::Mutex pending_mu_;
+  std::map<std::pair<int64_t, int64_t>, double> predicted_idle_
+      ABSL_GUARDED_BY(pending_mu_);
 
   absl::Mutex mu_;
   SchedulerStatusSource source_ ABSL_GUARDED_BY(mu_);

@@ -1,8 +1,10 @@
 #include "scheduler/server/scheduler_metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,11 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler_service.grpc.pb.h"
-#include "scheduler/server/scheduler_server.h"
+#include "scheduler/control/control_plane.h"
+#include "scheduler/control/step_stats.h"
+#include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/test_data.h"
+#include "scheduler/server/scheduler_server.h"
 
 namespace dcp {
 namespace {
@@ -72,6 +77,15 @@ v1::StatusResponse CannedStatus() {
     rank->set_idle_seconds(ranks[r].idle);
   }
   return s;
+}
+
+/// 1 - mean/max of `busy`, derived here rather than with the code's own
+/// IdleFraction.
+double ExpectedIdle(const std::vector<double>& busy) {
+  const double max = *std::max_element(busy.begin(), busy.end());
+  const double mean =
+      std::accumulate(busy.begin(), busy.end(), 0.0) / busy.size();
+  return 1 - mean / max;
 }
 
 class SchedulerMetricsTest : public ::testing::Test {
@@ -202,6 +216,202 @@ TEST_F(SchedulerMetricsTest, CountsPlannedStepsAndRefits) {
   EXPECT_EQ(Value("dcp_scheduler_last_refit_timestamp_seconds"), 1700000010.0);
 }
 
+TEST_F(SchedulerMetricsTest, BuildInfoNamesTheVersionAndCommit) {
+  MetricsRegistry registry;
+  ASSERT_TRUE(
+      SchedulerMetrics::Create(&registry, nullptr, {"1.2.3", "abc123"}).ok());
+  EXPECT_EQ(FindSample(registry.Collect(), "dcp_scheduler_build_info",
+                       {{"version", "1.2.3"}, {"commit", "abc123"}}),
+            1.0);
+  // The default: this version, commit unknown.
+  EXPECT_EQ(Value("dcp_scheduler_build_info",
+                  {{"version", kDcpVersion}, {"commit", "unknown"}}),
+            1.0);
+}
+
+TEST_F(SchedulerMetricsTest, HistogramsThePlannedTasksGroupSizesAndRecompute) {
+  PlannedStepEvent event;
+  event.task_group_sizes = {1, 2, 2, 8, 4096};
+  event.task_recompute = {0.0, 0.3, 1.0};
+  metrics_->OnStepPlanned(event);
+  auto bucket = [&](const char* name, const char* le) {
+    return Value(name, {{"le", le}});
+  };
+  EXPECT_EQ(Value("dcp_scheduler_task_group_size_count"), 5.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_group_size_bucket", "1"), 1.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_group_size_bucket", "2"), 3.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_group_size_bucket", "4"), 3.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_group_size_bucket", "8"), 4.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_group_size_bucket", "2048"), 4.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_group_size_bucket", "4096"), 5.0);
+  EXPECT_EQ(Value("dcp_scheduler_task_group_size_sum"), 1 + 2 + 2 + 8 + 4096);
+  EXPECT_EQ(bucket("dcp_scheduler_task_recompute_ratio_bucket", "0"), 1.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_recompute_ratio_bucket", "0.25"), 1.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_recompute_ratio_bucket", "0.5"), 2.0);
+  EXPECT_EQ(bucket("dcp_scheduler_task_recompute_ratio_bucket", "1"), 3.0);
+}
+
+TEST_F(SchedulerMetricsTest, StepFamiliesDescribeTheLastCompletedStep) {
+  const std::vector<double> predicted1 = {1, 2, 3, 6};
+  const std::vector<double> predicted2 = {2, 2, 2, 1};
+  PlannedStepEvent planned;
+  planned.epoch = 0;
+  planned.step = 1;
+  planned.predicted_rank_busy_seconds = predicted1;
+  metrics_->OnStepPlanned(planned);
+  planned.step = 2;
+  planned.predicted_rank_busy_seconds = predicted2;
+  metrics_->OnStepPlanned(planned);
+
+  StepCompletedEvent done;
+  done.epoch = 0;
+  done.step = 1;
+  done.tokens = 4096;
+  done.predicted_seconds = 6.5;
+  done.measured_seconds = 8.0;
+  done.rank_busy_seconds = {4, 4, 7, 5};
+  metrics_->OnStepCompleted(done);
+  EXPECT_EQ(Value("dcp_scheduler_step_predicted_seconds"), 6.5);
+  EXPECT_EQ(Value("dcp_scheduler_step_measured_seconds"), 8.0);
+  EXPECT_DOUBLE_EQ(
+      *Value("dcp_scheduler_step_imbalance_ratio", {{"source", "predicted"}}),
+      ExpectedIdle(predicted1));
+  EXPECT_DOUBLE_EQ(
+      *Value("dcp_scheduler_step_imbalance_ratio", {{"source", "measured"}}),
+      ExpectedIdle(done.rank_busy_seconds));
+  EXPECT_EQ(Value("dcp_scheduler_tokens_per_second"), 4096 / 8.0);
+
+  // Step 2 completes with a faster measurement; trained tokens add up.
+  done.step = 2;
+  done.tokens = 1000;
+  done.measured_seconds = 0.004;
+  done.rank_busy_seconds = {1, 1, 1, 1};
+  metrics_->OnStepCompleted(done);
+  EXPECT_DOUBLE_EQ(
+      *Value("dcp_scheduler_step_imbalance_ratio", {{"source", "predicted"}}),
+      ExpectedIdle(predicted2));
+  EXPECT_EQ(
+      Value("dcp_scheduler_step_imbalance_ratio", {{"source", "measured"}}),
+      0.0);
+  EXPECT_EQ(Value("dcp_scheduler_trained_tokens_total"), 4096 + 1000.0);
+  EXPECT_DOUBLE_EQ(*Value("dcp_scheduler_tokens_per_second"), 1000 / 0.004);
+  EXPECT_EQ(Value("dcp_scheduler_step_seconds_count"), 2.0);
+  EXPECT_DOUBLE_EQ(*Value("dcp_scheduler_step_seconds_sum"), 8.004);
+  EXPECT_EQ(Value("dcp_scheduler_step_seconds_bucket", {{"le", "0.005"}}), 1.0);
+
+  // A step never seen planned (planned before a restart) leaves the
+  // predicted imbalance as it was; the measured figures follow it.
+  done.step = 7;
+  done.rank_busy_seconds = {1, 3};
+  metrics_->OnStepCompleted(done);
+  EXPECT_DOUBLE_EQ(
+      *Value("dcp_scheduler_step_imbalance_ratio", {{"source", "predicted"}}),
+      ExpectedIdle(predicted2));
+  EXPECT_DOUBLE_EQ(
+      *Value("dcp_scheduler_step_imbalance_ratio", {{"source", "measured"}}),
+      ExpectedIdle({1, 3}));
+}
+
+/// Rank `rank`'s report of `plan`: each of its tasks takes `task_seconds`,
+/// its sync `sync_seconds`.
+v1::TimingReport ReportOf(const v1::StepPlan& plan, int rank,
+                          double task_seconds, double sync_seconds) {
+  v1::TimingReport report;
+  report.set_epoch(plan.epoch());
+  report.set_step(plan.step());
+  report.set_rank(rank);
+  report.set_sync_seconds(sync_seconds);
+  for (const v1::Task& task : plan.tasks()) {
+    if (std::find(task.ranks().begin(), task.ranks().end(), rank) ==
+        task.ranks().end()) {
+      continue;
+    }
+    v1::TaskTiming* t = report.add_tasks();
+    t->set_task_index(task.task_index());
+    t->set_micro_step(report.tasks_size() - 1);
+    t->set_group_size(task.ranks_size());
+    int64_t tokens = 0;
+    for (int64_t length : task.lengths()) {
+      tokens += length;
+      t->add_sample_lengths(length);
+    }
+    t->set_tokens(tokens);
+    t->set_recompute(task.recompute());
+    t->set_seconds(task_seconds);
+    t->set_peak_memory_bytes(1);
+  }
+  return report;
+}
+
+// The control plane's events, from a real planner and real reports: the
+// figures are derived here from the plan and the reports fed.
+TEST(SchedulerMetricsControlPlaneTest, CompletedStepsOfARealControlPlane) {
+  MetricsRegistry registry;
+  absl::StatusOr<std::unique_ptr<SchedulerMetrics>> metrics =
+      SchedulerMetrics::Create(&registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  constexpr int kWorld = 4;
+  SchedulerServerOptions options;
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.lengths = testing_data::SkewedTrace(4000, /*seed=*/5);
+  cp.window = 32768;
+  cp.model = *BuiltinModel("llama3-8b");
+  cp.world_size = kWorld;
+  cp.tokens_per_step = 65536;
+  cp.lookahead_steps = 2;
+  cp.start_planner_thread = false;
+  (*metrics)->Instrument(options);
+  const CostModel initial =
+      CostModel::FromSpecs(cp.cluster, cp.model, cp.world_size);
+  absl::StatusOr<std::unique_ptr<ControlPlane>> plane =
+      ControlPlane::Start(std::move(cp));
+  ASSERT_TRUE(plane.ok()) << plane.status();
+  ASSERT_EQ((*plane)->PlanAvailableSteps().value_or(0), 2);
+  for (int r = 0; r < kWorld; ++r) {
+    v1::RegisterRequest hello;
+    hello.set_rank(r);
+    hello.set_world_size(kWorld);
+    ASSERT_TRUE((*plane)->Register(hello).ok());
+  }
+  absl::StatusOr<v1::StepPlan> plan = (*plane)->PlannedStep(0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GT(plan->planned_at_unix_micros(), 0);
+
+  // Rank r's tasks take 0.01 * (r + 1) s each; its sync 0.002 s.
+  std::vector<double> busy(kWorld), total(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    const v1::TimingReport report = ReportOf(*plan, r, 0.01 * (r + 1), 0.002);
+    for (const v1::TaskTiming& t : report.tasks()) busy[r] += t.seconds();
+    total[r] = busy[r] + report.sync_seconds();
+    ASSERT_TRUE((*plane)->ReportTimings(report).ok()) << "rank " << r;
+  }
+  const std::vector<MetricFamilySnapshot> f = registry.Collect();
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_trained_tokens_total"),
+            static_cast<double>(plan->total_tokens()));
+  const double measured = *std::max_element(total.begin(), total.end());
+  EXPECT_DOUBLE_EQ(*FindSample(f, "dcp_scheduler_step_measured_seconds"),
+                   measured);
+  EXPECT_DOUBLE_EQ(*FindSample(f, "dcp_scheduler_step_predicted_seconds"),
+                   plan->predicted_makespan_s());
+  EXPECT_DOUBLE_EQ(*FindSample(f, "dcp_scheduler_tokens_per_second"),
+                   plan->total_tokens() / measured);
+  EXPECT_DOUBLE_EQ(*FindSample(f, "dcp_scheduler_step_imbalance_ratio",
+                               {{"source", "measured"}}),
+                   ExpectedIdle(busy));
+  EXPECT_DOUBLE_EQ(
+      *FindSample(f, "dcp_scheduler_step_imbalance_ratio",
+                  {{"source", "predicted"}}),
+      ExpectedIdle(PredictedRankBusySeconds(*plan, initial, kWorld)));
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_step_seconds_count"), 1.0);
+  // Every task of the two planned steps is in the mix histograms.
+  absl::StatusOr<v1::StepPlan> plan1 = (*plane)->PlannedStep(1);
+  ASSERT_TRUE(plan1.ok()) << plan1.status();
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_task_group_size_count"),
+            plan->tasks_size() + plan1->tasks_size());
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_task_recompute_ratio_count"),
+            plan->tasks_size() + plan1->tasks_size());
+}
+
 TEST_F(SchedulerMetricsTest, CountsRpcsAndRejectedReportsByCode) {
   metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kOk);
   metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kInvalidArgument);
@@ -275,7 +485,15 @@ TEST_F(SchedulerMetricsTest, PromtoolAcceptsTheSchedulerMetrics) {
   PlannedStepEvent event;
   event.tokens = 100;
   event.planning_time = absl::Milliseconds(3);
+  event.task_group_sizes = {1, 4};
+  event.task_recompute = {0.5, 1.0};
+  event.predicted_rank_busy_seconds = {1, 2};
   metrics_->OnStepPlanned(event);
+  StepCompletedEvent done;
+  done.tokens = 100;
+  done.measured_seconds = 2.5;
+  done.rank_busy_seconds = {1, 2};
+  metrics_->OnStepCompleted(done);
   metrics_->OnRefit(RefitEvent());
   metrics_->OnRpcDone("ReportTimings", absl::StatusCode::kInvalidArgument);
   const std::string text = registry_.RenderText();
@@ -380,6 +598,23 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
             0.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_total"), 0.0);
   (*server)->Shutdown();
+}
+
+TEST_F(SchedulerMetricsTest, RankFailureFamiliesFollowTheStatus) {
+  v1::StatusResponse status;
+  status.set_live_ranks(3);
+  status.set_rank_failures(2);
+  status.set_holding(true);
+  metrics_->SetStatusSource([&] { return status; });
+  EXPECT_EQ(Value("dcp_scheduler_live_ranks"), 3.0);
+  EXPECT_EQ(Value("dcp_scheduler_rank_failures_total"), 2.0);
+  EXPECT_EQ(Value("dcp_scheduler_holding"), 1.0);
+  status.set_holding(false);
+  status.set_live_ranks(4);
+  EXPECT_EQ(Value("dcp_scheduler_holding"), 0.0);
+  EXPECT_EQ(Value("dcp_scheduler_live_ranks"), 4.0);
+  EXPECT_THAT(registry_.RenderText(),
+              HasSubstr("# TYPE dcp_scheduler_rank_failures_total counter\n"));
 }
 
 }  // namespace

@@ -78,6 +78,8 @@ class Agent {
     if (!status.ok()) {
       run_->Error(absl::StrCat("rank ", rank_, " step ", step,
                                " ReportTimings: ", status.error_message()));
+    } else {
+      run_->reports_ok.fetch_add(1, std::memory_order_relaxed);
     }
     MaybeDone();
   }
@@ -108,6 +110,7 @@ class Agent {
     run_->bytes.fetch_add(static_cast<int64_t>(update_.ByteSizeLong()),
                           std::memory_order_relaxed);
     if (update_.has_step()) {
+      run_->steps_received.fetch_add(1, std::memory_order_relaxed);
       const int64_t step = update_.step().step();
       if (step >= 0 && step < static_cast<int64_t>(received_.size())) {
         received_[step] = now;
@@ -189,6 +192,8 @@ class Agent {
     if (result_.code() != 0) {
       run_->Error(absl::StrCat("rank ", rank_, " step ", result_.step(),
                                " StreamReports: ", result_.message()));
+    } else {
+      run_->reports_ok.fetch_add(1, std::memory_order_relaxed);
     }
     reports_->Read(&result_, &result_read_tag_);
     MaybeDone();
@@ -326,6 +331,14 @@ void Agent::Report(const v1::RankStep& step) {
                                       task.recompute())));
   }
   ++reports_in_flight_;
+  run_->reports_sent.fetch_add(1, std::memory_order_relaxed);
+  if (step.step() >= 0 && step.step() < run_->max_steps) {
+    const int64_t now = absl::ToUnixNanos(absl::Now());
+    std::atomic<int64_t>& last = run_->last_report_ns[step.step()];
+    int64_t seen = last.load(std::memory_order_relaxed);
+    while (seen < now && !last.compare_exchange_weak(seen, now)) {
+    }
+  }
   if (call != nullptr) {
     call->Start(stub_, cq_);
   } else {

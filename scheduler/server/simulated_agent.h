@@ -32,7 +32,9 @@ struct AgentRun {
         model(model),
         gpus_per_node(gpus_per_node),
         step_time(step_time),
-        report_stream(report_stream) {}
+        report_stream(report_stream),
+        last_report_ns(std::make_unique<std::atomic<int64_t>[]>(
+            static_cast<size_t>(max_steps))) {}
 
   void AgentDone() {
     if (remaining.fetch_sub(1) == 1) all_done.Notify();
@@ -53,6 +55,16 @@ struct AgentRun {
   std::atomic<int64_t> errors{0};
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> messages{0};
+  /// Plan messages that carried a step, timing reports handed to gRPC, and
+  /// reports the scheduler answered OK (the agents' end of the load test's
+  /// no-plan-lost and no-report-lost counts).
+  std::atomic<int64_t> steps_received{0};
+  std::atomic<int64_t> reports_sent{0};
+  std::atomic<int64_t> reports_ok{0};
+  /// Per step below `max_steps`: when its last report was handed to gRPC
+  /// (the latest over the agents), in ns since the Unix epoch; 0: none yet.
+  /// The moment the step became complete from the agents' side.
+  std::unique_ptr<std::atomic<int64_t>[]> last_report_ns;
   absl::Mutex mu;
   std::string first_error ABSL_GUARDED_BY(mu);
 };

@@ -1,0 +1,118 @@
+#include "scheduler/control/rank_liveness.h"
+
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dcp {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+class RankLivenessTest : public ::testing::Test {
+ protected:
+  RankLivenessTest() : live_({4, kTimeout}) {
+    for (int r = 0; r < 4; ++r) {
+      live_.OnRegistered(r, clock_.Now());
+      live_.OnStreamOpened(r, clock_.Now());
+    }
+  }
+  FakeClock clock_;
+  RankLiveness live_;
+};
+
+TEST_F(RankLivenessTest, ConnectedRanksNeverFail) {
+  clock_.Advance(100 * kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  EXPECT_EQ(live_.live_ranks(), 4);
+  EXPECT_EQ(live_.failures(), 0);
+}
+
+TEST_F(RankLivenessTest, AGoneStreamFailsAfterTheTimeoutOnce) {
+  live_.OnStreamClosed(2, clock_.Now());
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  EXPECT_FALSE(live_.failed(2));
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(2));
+  EXPECT_TRUE(live_.failed(2));
+  // Declared once, not at every check.
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  EXPECT_EQ(live_.live_ranks(), 3);
+  EXPECT_EQ(live_.failed_ranks(), 1);
+  EXPECT_EQ(live_.failures(), 1);
+}
+
+TEST_F(RankLivenessTest, AReportAfterTheStreamEndedPostponesTheFailure) {
+  live_.OnStreamClosed(1, clock_.Now());
+  clock_.Advance(kTimeout / 2);
+  live_.OnSeen(1, clock_.Now());
+  clock_.Advance(kTimeout / 2);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(kTimeout / 2);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(1));
+}
+
+TEST_F(RankLivenessTest, AStreamBackBeforeTheTimeoutIsNoFailure) {
+  live_.OnStreamClosed(3, clock_.Now());
+  clock_.Advance(kTimeout / 2);
+  EXPECT_FALSE(live_.OnRegistered(3, clock_.Now()));
+  live_.OnStreamOpened(3, clock_.Now());
+  clock_.Advance(10 * kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+}
+
+TEST_F(RankLivenessTest, ARegistrationEndsTheFailureAndItCanFailAgain) {
+  live_.OnStreamClosed(0, clock_.Now());
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(0));
+  EXPECT_TRUE(live_.OnRegistered(0, clock_.Now()));
+  EXPECT_FALSE(live_.failed(0));
+  EXPECT_EQ(live_.live_ranks(), 4);
+  // Registered but never streaming: it fails again after the timeout.
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(0));
+  EXPECT_EQ(live_.failures(), 2);
+}
+
+TEST_F(RankLivenessTest, SeveralRanksFailTogetherInOrder) {
+  live_.OnStreamClosed(3, clock_.Now());
+  live_.OnStreamClosed(1, clock_.Now());
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(1, 3));
+  EXPECT_EQ(live_.live_ranks(), 2);
+}
+
+TEST(RankLivenessNoTimeoutTest, ZeroDisablesDetection) {
+  FakeClock clock;
+  RankLiveness live({2, absl::ZeroDuration()});
+  EXPECT_FALSE(live.enabled());
+  live.OnRegistered(0, clock.Now());
+  clock.Advance(absl::Hours(1));
+  EXPECT_THAT(live.Check(clock.Now()), IsEmpty());
+}
+
+TEST(RankLivenessUnregisteredTest, ARankThatNeverRegisteredIsNotFailed) {
+  FakeClock clock;
+  RankLiveness live({2, absl::Seconds(1)});
+  live.OnRegistered(0, clock.Now());
+  clock.Advance(absl::Hours(1));
+  // Rank 0 registered and never opened a stream; rank 1 never came.
+  EXPECT_THAT(live.Check(clock.Now()), ElementsAre(0));
+  EXPECT_EQ(live.live_ranks(), 0);
+}
+
+TEST(RankFailurePolicyTest, Names) {
+  EXPECT_EQ(RankFailurePolicyName(RankFailurePolicy::kHold), "hold");
+  EXPECT_EQ(RankFailurePolicyName(RankFailurePolicy::kShrink), "shrink");
+}
+
+}  // namespace
+}  // namespace dcp

@@ -1,0 +1,252 @@
+// The memory-aware lower bound (ReferenceCluster::MemoryAwareLowerBound):
+// its formula, and that no plan beats it — the planner's and every
+// baseline's, on the reference scenarios A-D and on random small cases.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "scheduler/eval/baselines.h"
+#include "scheduler/eval/evaluation.h"
+#include "scheduler/eval/simulator.h"
+#include "scheduler/lengths/length_reader.h"
+#include "scheduler/planner/planner.h"
+#include "scheduler/planner/test_data.h"
+
+namespace dcp {
+namespace {
+
+using testing_data::Lcg;
+using testing_data::RoundCluster;
+using testing_data::TinyModel;
+
+// The bound of one sequence of `s` tokens at recompute `r`, written out from
+// docs/COST_MODEL.md (not from the simulator's code).
+double SequenceBoundAt(const ClusterSpec& c, const ModelSpec& m, int world,
+                       double s, double r) {
+  const double d = m.hidden, layers = m.layers;
+  const double free = c.MemoryCap() - 16.0 * m.TotalParams() / world;
+  const double t_max =
+      free / ((1 - r) * 34 * d * layers + r * 2 * d * layers + 34 * d);
+  const double gemm_eff =
+      c.gemm_eff_max * t_max / (t_max + c.gemm_eff_half_tokens);
+  const double attn_eff = c.attn_eff_max * s / (s + c.attn_eff_half_tokens);
+  const double attn_factor = m.causal ? 0.5 : 1.0;
+  return 2 * m.ParamsPerLayer() * layers * s * (3 + r) /
+             (c.peak_flops * gemm_eff) +
+         4 * s * s * d * layers * attn_factor * (3.5 + r) /
+             (c.peak_flops * attn_eff);
+}
+
+TEST(MemoryAwareLowerBoundTest, IsTheLeastOverEveryRecomputeRatio) {
+  // 4 GPUs of 1e7 bytes: memory binds the tiny model hard (870 tokens a GPU
+  // at r = 0), so the ratio matters. The simulator minimises over the k/L
+  // grid; the least over 1,001 ratios in [0, 1] must be the same (the time
+  // is concave in r, so an end of the range is the minimum).
+  const ClusterSpec c = RoundCluster(1e7);
+  const ModelSpec m = TinyModel();
+  const ReferenceCluster cluster(c, m, 4);
+  const std::vector<int64_t> lengths = {100, 700, 2000, 5000};
+  double work = 0;
+  for (int64_t s : lengths) {
+    double best = INFINITY;
+    for (int i = 0; i <= 1000; ++i) {
+      best = std::min(best, SequenceBoundAt(c, m, 4, s, i / 1000.0));
+    }
+    work += best;
+  }
+  const double expected = work / 4 + cluster.SyncSeconds();
+  EXPECT_NEAR(cluster.MemoryAwareLowerBound(lengths), expected,
+              1e-12 * expected);
+  EXPECT_GT(cluster.MemoryAwareLowerBound(lengths),
+            cluster.LowerBound(lengths));
+}
+
+TEST(MemoryAwareLowerBoundTest, MeetsThePlainBoundWhenMemoryIsPlentiful) {
+  // With 1e15 bytes a GPU the GEMM efficiency at the memory limit is the
+  // peak to within 1e-6 relative, and recompute never pays.
+  const ReferenceCluster cluster(RoundCluster(1e15), TinyModel(), 4);
+  const std::vector<int64_t> lengths = {100, 700, 2000, 5000};
+  const double plain = cluster.LowerBound(lengths);
+  EXPECT_GE(cluster.MemoryAwareLowerBound(lengths), plain);
+  EXPECT_NEAR(cluster.MemoryAwareLowerBound(lengths), plain, 1e-5 * plain);
+}
+
+TEST(MemoryAwareLowerBoundTest, IsThePlainBoundWhenNothingFits) {
+  // 1e6 bytes cannot hold the 1.12e6 bytes of sharded states.
+  const ReferenceCluster cluster(RoundCluster(1e6), TinyModel(), 4);
+  const std::vector<int64_t> lengths = {100, 700};
+  EXPECT_EQ(cluster.MemoryAwareLowerBound(lengths),
+            cluster.LowerBound(lengths));
+}
+
+// A task as full as memory allows at an arbitrary (off-grid) ratio: the
+// closest a plan can come to the bound, and still not below it.
+TEST(MemoryAwareLowerBoundTest, FullTasksAtAnyRatioDoNotBeatIt) {
+  const ClusterSpec c = RoundCluster(1e7);
+  const ModelSpec m = TinyModel();
+  const ReferenceCluster cluster(c, m, 4);
+  for (double r : {0.0, 0.13, 0.5, 0.77, 1.0}) {
+    SCOPED_TRACE(testing::Message() << "recompute " << r);
+    const double per_token =
+        (1 - r) * 34 * m.hidden * m.layers + r * 2 * m.hidden * m.layers +
+        34 * m.hidden;
+    const int32_t t = static_cast<int32_t>(std::floor(
+        (c.MemoryCap() - 16.0 * m.TotalParams() / 4) / per_token));
+    // Each of the 4 ranks runs one task of t tokens (two sequences).
+    const std::vector<int32_t> table = {t / 2, t - t / 2, t / 2, t - t / 2,
+                                        t / 2, t - t / 2, t / 2, t - t / 2};
+    const LengthView view(table, 1 << 30);
+    StepPlan plan;
+    for (int rank = 0; rank < 4; ++rank) {
+      plan.samples.push_back(2 * rank);
+      plan.samples.push_back(2 * rank + 1);
+      plan.tasks.push_back({{rank}, {2 * rank, 2 * rank + 1}, {}, r});
+    }
+    absl::StatusOr<StepReport> report = ReplayStep(cluster, plan, view);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_GE(report->makespan_s, report->memory_bound_s);
+    EXPECT_GT(report->memory_bound_s, report->lower_bound_s);
+  }
+}
+
+// Every plan of every planner in the result stays at or above both bounds,
+// step by step.
+void ExpectNoPlanBeatsTheBounds(const EvaluationResult& r) {
+  ASSERT_EQ(r.memory_bound_step_s.size(), static_cast<size_t>(r.steps));
+  std::vector<const PlannerFigures*> all = {&r.dcp};
+  for (const PlannerFigures& b : r.baselines) all.push_back(&b);
+  ASSERT_EQ(all.size(), 4u);  // dcp and three baselines
+  for (const PlannerFigures* f : all) {
+    ASSERT_EQ(f->step_s.size(), static_cast<size_t>(r.steps)) << f->name;
+    for (int i = 0; i < r.steps; ++i) {
+      EXPECT_GE(r.memory_bound_step_s[i], r.lower_bound_step_s[i]);
+      EXPECT_GE(f->step_s[i], r.memory_bound_step_s[i])
+          << f->name << " step " << i;
+    }
+  }
+}
+
+struct Scenario {
+  const char* model;
+  int world_size;
+  const char* trace;
+  int64_t window;
+  int64_t tokens_per_step;
+};
+
+TEST(MemoryAwareLowerBoundTest, NoPlanBeatsItInTheReferenceScenarios) {
+  // Scenarios A-D of dcp-bench, two steps each.
+  const Scenario scenarios[] = {
+      {"llama3-8b", 32, "wikipedia.txt", 131072, 2097152},
+      {"llama3-8b", 32, "longctx_wlb.txt", 524288, 4194304},
+      {"dit-video-1.3b", 32, "video_balanced.txt", 262144, 4194304},
+      {"llama3-70b", 64, "wikipedia.txt", 524288, 4194304},
+  };
+  for (const Scenario& sc : scenarios) {
+    SCOPED_TRACE(testing::Message() << sc.model << " on " << sc.trace);
+    LengthSourceOptions source;
+    source.path = std::string("data/lengths/") + sc.trace;
+    absl::StatusOr<std::vector<int32_t>> lengths = ReadAllLengths(source);
+    ASSERT_TRUE(lengths.ok()) << lengths.status();
+    EvaluationOptions o;
+    o.model = *BuiltinModel(sc.model);
+    o.world_size = sc.world_size;
+    o.window = sc.window;
+    o.tokens_per_step = sc.tokens_per_step;
+    o.steps = 2;
+    int64_t fake_ns = 0;
+    o.now_ns = [&fake_ns] { return fake_ns += 1000; };
+    absl::StatusOr<EvaluationResult> r =
+        Evaluate(LengthView(*lengths, sc.window), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectNoPlanBeatsTheBounds(*r);
+  }
+}
+
+// A random small model: 1-4 layers, hidden 64-512, 4 or 8 heads.
+ModelSpec RandomModel(Lcg& rng) {
+  ModelSpec m = TinyModel();
+  m.layers = 1 + static_cast<int>(rng.Next() % 4);
+  m.hidden = 64 * (1 + static_cast<int>(rng.Next() % 8));
+  m.heads = rng.Next() % 2 == 0 ? 4 : 8;
+  m.kv_heads = m.heads / (rng.Next() % 2 == 0 ? 1 : 2);
+  m.ffn = m.hidden * (2 + static_cast<int>(rng.Next() % 3));
+  m.causal = rng.Next() % 2 == 0;
+  return m;
+}
+
+// Replays `plan` (when it could be made) and checks it against the bound;
+// returns whether a plan was checked.
+bool CheckPlan(const ReferenceCluster& cluster, const LengthView& view,
+               const absl::StatusOr<StepPlan>& plan, const std::string& who) {
+  if (!plan.ok()) return false;  // that configuration does not fit
+  absl::StatusOr<StepReport> report = ReplayStep(cluster, *plan, view);
+  EXPECT_TRUE(report.ok()) << who << ": " << report.status();
+  if (!report.ok()) return false;
+  EXPECT_GE(report->makespan_s, report->memory_bound_s) << who;
+  return true;
+}
+
+// Plans one random step with the planner and with every static and dynamic
+// CP configuration on the recompute grid; returns the plans checked.
+int CheckRandomCase(uint64_t seed, bool* memory_binds) {
+  Lcg rng(seed);
+  const ModelSpec m = RandomModel(rng);
+  const int world = 2 << (rng.Next() % 3);  // 2, 4 or 8
+  // Per-GPU memory from a few hundred to ~10^5 tokens at r = 0.
+  const double per_token = 35.0 * m.hidden * m.layers;
+  const double hbm = 16.0 * m.TotalParams() / world +
+                     per_token * (300 + static_cast<double>(rng.Next() % 100000));
+  const ClusterSpec c = RoundCluster(hbm);
+  const ReferenceCluster cluster(c, m, world);
+  const std::vector<int32_t> table =
+      testing_data::UniformTrace(64, 16, 4000, rng.Next());
+  // The window is the longest length: the baselines must fit it.
+  const LengthView view(table, 4000);
+  std::vector<int64_t> samples(table.size());
+  for (size_t i = 0; i < samples.size(); ++i) samples[i] = i;
+  std::vector<int64_t> lengths(table.begin(), table.end());
+  *memory_binds |= cluster.MemoryAwareLowerBound(lengths) >
+                   1.01 * cluster.LowerBound(lengths);
+  int checked = 0;
+  absl::StatusOr<Planner> planner =
+      Planner::Create(CostModel::FromSpecs(c, m, world), {.world_size = world});
+  if (planner.ok()) {
+    checked += CheckPlan(cluster, view, planner->PlanStep(0, samples, view),
+                         "dcp");
+  }
+  for (int k = 0; k <= m.layers; ++k) {
+    const double r = static_cast<double>(k) / m.layers;
+    for (int p : ValidGroupSizes(cluster)) {
+      for (bool balanced : {false, true}) {
+        checked += CheckPlan(
+            cluster, view,
+            PlanStatic(cluster, view, 0, samples, {p, r}, balanced),
+            "static p=" + std::to_string(p) + " r=" + std::to_string(r));
+      }
+    }
+    checked += CheckPlan(cluster, view,
+                         PlanDynamicCp(cluster, view, 0, samples, {r, 0}),
+                         "dynamic_cp r=" + std::to_string(r));
+  }
+  return checked;
+}
+
+TEST(MemoryAwareLowerBoundTest, NoPlanBeatsItOnRandomSmallCases) {
+  int checked = 0;
+  bool memory_binds = false;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    checked += CheckRandomCase(seed, &memory_binds);
+  }
+  // The property was exercised: many plans, some where memory binds.
+  EXPECT_GT(checked, 500);
+  EXPECT_TRUE(memory_binds);
+}
+
+}  // namespace
+}  // namespace dcp

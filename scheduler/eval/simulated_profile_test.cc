@@ -1,0 +1,96 @@
+#include "scheduler/eval/simulated_profile.h"
+
+#include <cmath>
+#include <set>
+
+#include "common/model_spec.h"
+#include "gtest/gtest.h"
+#include "scheduler/eval/simulator.h"
+
+namespace dcp {
+namespace {
+
+ReferenceCluster Llama8b(int world) {
+  return ReferenceCluster(ClusterSpec::H200(), *BuiltinModel("llama3-8b"),
+                          world);
+}
+
+TEST(SimulatedProfileTest, NoiselessProfileIsTheReferenceOverTheAgentsGrid) {
+  const ReferenceCluster cluster = Llama8b(32);
+  const std::vector<TaskObservation> rows = SimulateProfile(cluster, {});
+  // Group sizes dividing 32 heads and 32 ranks, up to a node of 8; every
+  // rank reports each of 3 lengths x 2 recompute ratios x 2 repetitions.
+  const std::set<int> sizes = {1, 2, 4, 8};
+  ASSERT_EQ(rows.size(), sizes.size() * 32 * 3 * 2 * 2);
+  std::set<int> seen;
+  for (const TaskObservation& o : rows) {
+    seen.insert(o.group_size);
+    ASSERT_EQ(o.lengths.size(), 1u);
+    EXPECT_TRUE(o.intra_node);
+    std::vector<int> ranks(o.group_size);
+    for (int r = 0; r < o.group_size; ++r) ranks[r] = r;
+    const ReferenceCluster::TaskCost cost =
+        cluster.Cost(ranks, o.lengths, o.recompute);
+    EXPECT_EQ(o.seconds, cost.total_s);
+    EXPECT_EQ(o.memory_bytes, cost.memory_bytes);
+  }
+  EXPECT_EQ(seen, sizes);
+}
+
+TEST(SimulatedProfileTest, NoiseIsLogNormalWithTheGivenSpread) {
+  const ReferenceCluster cluster = Llama8b(32);
+  SimulatedProfileOptions noisy;
+  noisy.noise = 0.1;
+  noisy.seed = 7;
+  const std::vector<TaskObservation> exact = SimulateProfile(cluster, {});
+  const std::vector<TaskObservation> rows = SimulateProfile(cluster, noisy);
+  ASSERT_EQ(rows.size(), exact.size());
+  double sum = 0, sum_sq = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double z = std::log(rows[i].seconds / exact[i].seconds);
+    sum += z;
+    sum_sq += z * z;
+  }
+  const double n = static_cast<double>(rows.size());
+  const double mean = sum / n;
+  const double sd = std::sqrt(sum_sq / n - mean * mean);
+  // Five standard errors: the mean's is sigma / sqrt(n), the standard
+  // deviation's about sigma / sqrt(2n).
+  EXPECT_LT(std::abs(mean), 5 * 0.1 / std::sqrt(n));
+  EXPECT_LT(std::abs(sd - 0.1), 5 * 0.1 / std::sqrt(2 * n));
+
+  const std::vector<TaskObservation> again = SimulateProfile(cluster, noisy);
+  noisy.seed = 8;
+  const std::vector<TaskObservation> other = SimulateProfile(cluster, noisy);
+  EXPECT_EQ(again[5].seconds, rows[5].seconds);
+  EXPECT_NE(other[5].seconds, rows[5].seconds);
+}
+
+TEST(SimulatedProfileTest, TaskTimingsAreTheReplaysTasks) {
+  const ReferenceCluster cluster = Llama8b(16);
+  const std::vector<int32_t> lengths = {1000, 5000, 300, 20000};
+  const LengthView view(lengths, 16384);
+  StepPlan plan;
+  plan.samples = {0, 1, 2, 3};
+  plan.tasks = {{{0, 1}, {0, 2}, {}, 0.0},
+                {{8, 9, 10, 11}, {3}, {}, 0.5},
+                {{2}, {1}, {}, 1.0}};
+  TimingNoise none(0, 1);
+  const std::vector<TaskObservation> obs =
+      SimulateTaskTimings(cluster, plan, view, none);
+  ASSERT_EQ(obs.size(), 3u);
+  EXPECT_EQ(obs[1].lengths, std::vector<int64_t>{16384});
+  EXPECT_EQ(obs[1].group_size, 4);
+  for (size_t i = 0; i < obs.size(); ++i) {
+    EXPECT_EQ(obs[i].seconds, cluster
+                                  .Cost(plan.tasks[i].ranks, obs[i].lengths,
+                                        plan.tasks[i].recompute)
+                                  .total_s);
+    EXPECT_TRUE(obs[i].intra_node);
+  }
+  plan.tasks[0].ranks = {7, 8};
+  EXPECT_FALSE(SimulateTaskTimings(cluster, plan, view, none)[0].intra_node);
+}
+
+}  // namespace
+}  // namespace dcp

@@ -1,0 +1,233 @@
+// A scheduler outage longer than the agent's reconnect back-off cap is only
+// a pause to a sidecar trainer. Real processes: dcp-scheduler with
+// --state_dir, one serve-mode dcp-agent with a small back-off cap
+// (--max_backoff=200ms), and a trainer on client_lib's sidecar mode (in this
+// process). The trainer runs two steps; the scheduler is SIGKILLed; the
+// trainer reports the second step (answered OK: the agent keeps it) and
+// goes on: a step the agent already has comes at once (its report is kept
+// too), then NextStep waits. The test waits, on the agent's log (no
+// sleeps), until the agent has failed more reconnections than its
+// max_reconnect_attempts (8) with the scheduler down for more than the
+// back-off cap, checks the trainer got no error and no step the scheduler
+// could not have planned, and restarts the scheduler on the same port and
+// directory. The trainer then runs the job to its end: every step once, in
+// order, and every step completed at the scheduler, the one reported during
+// the outage included (without it the scheduler could not plan past its
+// look-ahead).
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client_lib/client.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/child_process.h"
+#include "tests/job_inputs.h"
+
+namespace dcp {
+namespace {
+
+using testing_process::Binary;
+using testing_process::Child;
+using testing_process::ChildReaper;
+using testing_process::CtlStatus;
+using testing_process::Describe;
+using testing_process::FileActivity;
+using testing_process::JsonNumber;
+using testing_process::LcgTrace;
+using testing_process::ReadFile;
+using testing_process::ServingAgents;
+using testing_process::Spawn;
+using testing_process::StartServingAgents;
+using testing_process::StopScheduler;
+using testing_process::TinyModelJson;
+using testing_process::TmpPath;
+using testing_process::WaitForPortFile;
+using testing_process::WriteFile;
+
+constexpr int kSteps = 6;
+/// The agent's default max_reconnect_attempts: failing more than this many
+/// made it give up before it had an outage deadline.
+constexpr int kAttempts = 8;
+constexpr absl::Duration kBackoffCap = absl::Milliseconds(200);
+constexpr absl::Duration kPatience = absl::Seconds(60);
+
+struct Job {
+  std::string trace_path;
+  std::string model_path;
+  std::string state_dir;
+
+  std::vector<std::string> SchedulerArgs(int port,
+                                         const std::string& port_file) const {
+    return {Binary("scheduler/server/dcp-scheduler"),
+            "--lengths=" + trace_path,
+            "--model_config=" + model_path,
+            "--world_size=1",
+            "--gpus_per_node=1",
+            "--window=4096",
+            "--tokens_per_step=8192",
+            absl::StrCat("--max_steps=", kSteps),
+            "--lookahead_steps=2",
+            "--metrics_listen=",
+            "--state_dir=" + state_dir,
+            absl::StrCat("--listen=127.0.0.1:", port),
+            "--port_file=" + port_file};
+  }
+};
+
+/// Starts scheduler incarnation `n` on `port` (0: any); its bound port.
+int StartIncarnation(const Job& job, int n, int port,
+                     std::vector<Child>& scheduler) {
+  const std::string name = absl::StrCat("scheduler-", n);
+  const std::string port_file = TmpPath(name + ".port");
+  scheduler.push_back(Spawn(name, job.SchedulerArgs(port, port_file)));
+  const int bound =
+      WaitForPortFile(port_file, scheduler.back(), absl::Now() + kPatience);
+  EXPECT_GT(bound, 0) << Describe({scheduler.back()});
+  return bound;
+}
+
+/// The highest reconnection the agent's log says failed (0: none).
+int FailedReconnections(const Child& agent) {
+  int most = 0;
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(agent.err_path), '\n')) {
+    const size_t at = line.find("(reconnection ");
+    if (at == absl::string_view::npos) continue;
+    int n = 0;
+    for (char c : line.substr(at + 14)) {
+      if (c < '0' || c > '9') break;
+      n = n * 10 + (c - '0');
+    }
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
+  Job job;
+  job.trace_path = TmpPath("trace.txt");
+  job.model_path = TmpPath("model.json");
+  job.state_dir = TmpPath("state");
+  ASSERT_TRUE(WriteFile(job.trace_path, LcgTrace(400, 11, 100, [](int d) {
+                          return 64 + 30 * d;
+                        })));
+  ASSERT_TRUE(WriteFile(job.model_path, TinyModelJson("outage-tiny")));
+  std::vector<Child> first;
+  std::vector<Child> second;
+  ServingAgents serving;
+  ChildReaper reaper({&first, &second, &serving.agents});
+  const int port = StartIncarnation(job, 1, 0, first);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  serving = StartServingAgents(
+      "outage", address, 1,
+      {absl::StrCat("--max_backoff=", absl::FormatDuration(kBackoffCap)),
+       "--max_outage=10m"});
+  ASSERT_FALSE(serving.dir.empty());
+
+  ClientOptions options;
+  options.mode = ClientOptions::Mode::kSidecar;
+  options.agent_socket = serving.sockets[0];
+  options.rank = 0;
+  options.rpc_timeout = kPatience;
+  options.step_timeout = kPatience;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<int64_t> steps;
+  auto report = [&](const Step& step) {
+    return (*client)->ReportStep(
+        step, std::vector<double>(step.tasks.size(), 0.01), 0.001);
+  };
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<Step> step = (*client)->NextStep();
+    ASSERT_TRUE(step.ok()) << step.status();
+    ASSERT_FALSE(step->drained);
+    steps.push_back(step->step);
+    if (i == 0) ASSERT_TRUE(report(*step).ok());
+    if (i == 1) {
+      // The outage begins with the second step not yet reported.
+      ASSERT_EQ(kill(first[0].pid, SIGKILL), 0);
+      ASSERT_EQ(waitpid(first[0].pid, nullptr, 0), first[0].pid);
+      first[0].done = true;
+      const absl::Status kept = report(*step);
+      EXPECT_TRUE(kept.ok()) << "a report during the outage: " << kept;
+    }
+  }
+
+  // The trainer goes on in a thread: steps already with the agent come at
+  // once (the look-ahead planned step 2 before the kill), their reports are
+  // kept; then NextStep waits, as step 3 cannot be planned before step 1's
+  // report reaches the scheduler.
+  absl::Mutex mu;
+  std::vector<absl::Status> errors;  // Guarded by mu.
+  int64_t last_step = steps.back();  // Guarded by mu.
+  std::vector<int64_t> later;
+  std::thread trainer([&] {
+    while (true) {
+      absl::StatusOr<Step> step = (*client)->NextStep();
+      absl::Status reported;
+      if (step.ok() && !step->drained) reported = report(*step);
+      absl::MutexLock lock(&mu);
+      if (!step.ok() || !reported.ok()) {
+        errors.push_back(!step.ok() ? step.status() : reported);
+        return;
+      }
+      if (step->drained) return;
+      later.push_back(step->step);
+      last_step = step->step;
+    }
+  });
+  {
+    FileActivity activity({TmpPath("")});
+    const absl::Time deadline = absl::Now() + kPatience;
+    while (FailedReconnections(serving.agents[0]) <= kAttempts + 1) {
+      ASSERT_TRUE(activity.Await(deadline))
+          << "the agent did not log its reconnections: "
+          << Describe(serving.agents);
+    }
+  }
+  // More than kAttempts + 1 failures, each after a back-off sleep, the
+  // later ones at the cap: the outage is longer than the cap several times
+  // over, and the trainer saw no error, only a wait.
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(errors.empty()) << "during the outage: " << errors.front();
+    EXPECT_LE(last_step, 2) << "a step planned during the outage?";
+  }
+  EXPECT_FALSE(
+      absl::StrContains(ReadFile(serving.agents[0].err_path), "gave up"));
+
+  ASSERT_GT(StartIncarnation(job, 2, port, second), 0);
+  trainer.join();
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  steps.insert(steps.end(), later.begin(), later.end());
+  std::vector<int64_t> expected;
+  for (int64_t s = 0; s < kSteps; ++s) expected.push_back(s);
+  EXPECT_EQ(steps, expected);
+  const nlohmann::json status = CtlStatus("ctl-status", address);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
+  testing_process::ExpectAllExit(serving.agents, absl::Now() + kPatience,
+                                 "the agent did not exit after the drain");
+  EXPECT_EQ(serving.agents[0].exit_code, 0) << Describe(serving.agents);
+  StopScheduler(address, second);
+  rmdir(serving.dir.c_str());
+}
+
+}  // namespace
+}  // namespace dcp
