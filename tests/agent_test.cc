@@ -304,7 +304,12 @@ TEST(AgentTest, AsyncNextStepAnswersLaterTimesOutAndCancels) {
             absl::StatusCode::kUnavailable);
 }
 
-TEST(AgentTest, ReconnectsBackOffOnTheAgentsClockThenGiveUp) {
+// An agent of a one-rank job whose scheduler goes away after the first
+// step, reconnecting hourly on a fake clock: it tries `attempts` times
+// (each a sleep the clock must end: until then it has not given up), then
+// NextStep fails naming `gave_up`.
+void ExpectGivesUpAfter(int attempts, absl::Duration max_outage,
+                        const std::string& gave_up) {
   auto server = StartServer(ServerOptions(1, 1, 0));
   ASSERT_NE(server, nullptr);
   FakeClock clock;
@@ -314,15 +319,14 @@ TEST(AgentTest, ReconnectsBackOffOnTheAgentsClockThenGiveUp) {
   options.initial_backoff = absl::Hours(1);
   options.max_backoff = absl::Hours(1);
   options.max_reconnect_attempts = 2;
+  options.max_outage = max_outage;
   auto agent = Agent::Start(options);
   ASSERT_TRUE(agent.ok()) << agent.status();
   ASSERT_TRUE((*agent)->NextStep(-1, kGuard).ok());
   server->Shutdown();
   server.reset();
 
-  for (int attempt = 1; attempt <= 2; ++attempt) {
-    // The reader sleeps before each reconnection; until the clock moves it
-    // has not given up.
+  for (int attempt = 1; attempt <= attempts; ++attempt) {
     ASSERT_TRUE(clock.AwaitSleeperUntil(clock.Now() + absl::Hours(1), kGuard))
         << "attempt " << attempt;
     EXPECT_EQ((*agent)->NextStep(0, absl::ZeroDuration()).status().code(),
@@ -332,39 +336,19 @@ TEST(AgentTest, ReconnectsBackOffOnTheAgentsClockThenGiveUp) {
   }
   absl::StatusOr<NextStepResult> lost = (*agent)->NextStep(0, kGuard);
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(lost.status().message(), HasSubstr("gave up after 2"));
+  EXPECT_THAT(lost.status().message(), HasSubstr(gave_up));
+}
+
+TEST(AgentTest, ReconnectsBackOffOnTheAgentsClockThenGiveUp) {
+  // No outage allowance: two failed reconnections end it.
+  ExpectGivesUpAfter(2, absl::ZeroDuration(), "gave up after 2");
 }
 
 TEST(AgentTest, KeepsReconnectingUntilTheOutageDeadline) {
-  auto server = StartServer(ServerOptions(1, 1, 0));
-  ASSERT_NE(server, nullptr);
-  FakeClock clock;
-  AgentOptions options = AgentFor(*server, 0);
-  options.clock = &clock;
-  options.initial_backoff = absl::Hours(1);
-  options.max_backoff = absl::Hours(1);
   // Two failures are allowed, but the scheduler may be away for 4 hours:
   // the agent tries on (hourly) until the outage has lasted that long.
-  options.max_reconnect_attempts = 2;
-  options.max_outage = absl::Hours(4);
-  auto agent = Agent::Start(options);
-  ASSERT_TRUE(agent.ok()) << agent.status();
-  ASSERT_TRUE((*agent)->NextStep(-1, kGuard).ok());
-  server->Shutdown();
-  server.reset();
-
-  for (int attempt = 1; attempt <= 4; ++attempt) {
-    ASSERT_TRUE(clock.AwaitSleeperUntil(clock.Now() + absl::Hours(1), kGuard))
-        << "attempt " << attempt;
-    EXPECT_EQ((*agent)->NextStep(0, absl::ZeroDuration()).status().code(),
-              absl::StatusCode::kDeadlineExceeded)
-        << "attempt " << attempt;
-    clock.Advance(absl::Hours(1));
-  }
-  absl::StatusOr<NextStepResult> lost = (*agent)->NextStep(0, kGuard);
-  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(lost.status().message(),
-              HasSubstr("gave up after 4 reconnection attempts over 4h"));
+  ExpectGivesUpAfter(4, absl::Hours(4),
+                     "gave up after 4 reconnection attempts over 4h");
 }
 
 TEST(AgentTest, ReportsSentDuringAnOutageAreKeptUpToTheBound) {

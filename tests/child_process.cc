@@ -239,6 +239,22 @@ int StartScheduler(const std::string& name,
   return port;
 }
 
+int StartSchedulerIncarnation(const std::string& name,
+                              const std::vector<std::string>& flags, int port,
+                              std::vector<Child>& scheduler) {
+  const std::string port_path = TmpPath(name + ".port");
+  std::vector<std::string> argv = {Binary("scheduler/server/dcp-scheduler")};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(absl::StrCat("--listen=127.0.0.1:", port));
+  argv.push_back("--port_file=" + port_path);
+  scheduler.push_back(Spawn(name, argv));
+  const int bound = WaitForPortFile(port_path, scheduler.back(),
+                                    absl::Now() + absl::Seconds(60));
+  EXPECT_GT(bound, 0) << "scheduler " << name << " did not start:\n"
+                      << Describe({scheduler.back()});
+  return bound;
+}
+
 void StopScheduler(const std::string& address, std::vector<Child>& scheduler) {
   RunToEnd("ctl-stop",
            {Binary("scheduler/server/dcp-ctl"), "--scheduler=" + address, "stop"});

@@ -115,6 +115,14 @@ class ChildReaper {
 int StartScheduler(const std::string& name,
                    const std::vector<std::string>& flags,
                    std::vector<Child>& scheduler);
+/// Starts a dcp-scheduler incarnation named `name` with `flags` plus
+/// `--listen=127.0.0.1:<port>` (0: any) and a port file, appended to
+/// `scheduler` (the incarnations before it stay, for their logs); returns
+/// its port once it serves (0 and a test failure when it does not within
+/// 60 s).
+int StartSchedulerIncarnation(const std::string& name,
+                              const std::vector<std::string>& flags, int port,
+                              std::vector<Child>& scheduler);
 /// Stops the scheduler with `dcp-ctl stop`; it must exit 0.
 void StopScheduler(const std::string& address, std::vector<Child>& scheduler);
 /// `dcp-ctl --json status` against the scheduler at `address`, run as

@@ -1,6 +1,9 @@
 #include "tests/job_inputs.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
 
 namespace dcp {
 namespace testing_process {
@@ -22,6 +25,25 @@ std::string LcgTrace(int n, uint64_t seed, int range,
     absl::StrAppend(&out, length(d), "\n");
   }
   return out;
+}
+
+int64_t SkewedLength(int d) {
+  if (d < 80) return 64 + 25 * d;
+  if (d < 96) return 2000 + 875 * (d - 80);
+  return 16000 + 10000 * (d - 96);
+}
+
+std::vector<int32_t> ParseTrace(const std::string& text) {
+  std::vector<int32_t> lengths;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    int32_t length = 0;
+    if (absl::SimpleAtoi(line, &length)) {
+      lengths.push_back(length);
+    } else {
+      ADD_FAILURE() << "not a length: " << line;
+    }
+  }
+  return lengths;
 }
 
 }  // namespace testing_process

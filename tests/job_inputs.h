@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace dcp {
 namespace testing_process {
@@ -27,6 +28,15 @@ std::string TinyModelJson(const std::string& name);
 ///            [](int d) { return d < 90 ? 64 + d * 20 : 4000 + d * 40; });
 std::string LcgTrace(int n, uint64_t seed, int range,
                      const std::function<int64_t(int)>& length);
+
+/// A skew for LcgTrace's `range` 100 that stresses a 32K window: 80% short
+/// samples (64 to 2,039 tokens), 16% medium (2,000 to 15,125), 4% beyond
+/// the window (16,000 to 46,000).
+int64_t SkewedLength(int d);
+
+/// The lengths of a trace LcgTrace wrote (a line that is no integer fails
+/// the test and is left out).
+std::vector<int32_t> ParseTrace(const std::string& text);
 
 }  // namespace testing_process
 }  // namespace dcp

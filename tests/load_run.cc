@@ -40,7 +40,7 @@ using plan_delivery::AgentFleet;
 using plan_delivery::AgentRun;
 using plan_delivery::CpuSample;
 using plan_delivery::QueueThreads;
-using Stubs = std::vector<std::unique_ptr<v1::Scheduler::Stub>>;
+using Stubs = plan_delivery::SchedulerStubs;
 
 // VmRSS of process `pid`, in bytes; 0 when /proc does not say.
 int64_t ProcessRss(pid_t pid) {
@@ -76,44 +76,6 @@ double ProcessCpuSeconds(pid_t pid) {
     if (i >= 14 && absl::SimpleAtod(field, &v)) ticks += v;
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// One stub per channel, each channel its own TCP connection.
-Stubs OpenStubs(const std::string& address, int channels) {
-  Stubs stubs;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments args;
-    // Distinct arguments and a local pool: one TCP connection per channel.
-    args.SetInt("dcp.load_test_channel", c);
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetMaxReceiveMessageSize(-1);
-    stubs.push_back(v1::Scheduler::NewStub(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args)));
-  }
-  return stubs;
-}
-
-// Registers ranks 0..n-1; the session they joined.
-absl::StatusOr<std::string> RegisterAgents(int n, const Stubs& stubs) {
-  std::string session_id;
-  for (int rank = 0; rank < n; ++rank) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(30));
-    v1::RegisterRequest request;
-    request.set_rank(rank);
-    request.set_host("load-test");
-    request.set_world_size(n);
-    v1::RegisterResponse response;
-    const grpc::Status status =
-        stubs[rank % stubs.size()]->Register(&context, request, &response);
-    if (!status.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "Register of rank ", rank, " failed: ", status.error_message()));
-    }
-    session_id = response.session_id();
-  }
-  return session_id;
 }
 
 absl::StatusOr<v1::StatusResponse> GetStatus(v1::Scheduler::Stub& stub) {
@@ -258,10 +220,10 @@ void Reduce(const LoadOptions& o, const v1::StatusResponse& status,
 // The agents' part of a run against the scheduler at `address`.
 absl::Status RunAgents(const LoadOptions& o, int64_t max_steps, pid_t pid,
                        const std::string& address, LoadResult* result) {
-  const Stubs stubs = OpenStubs(address, o.channels);
+  const Stubs stubs = plan_delivery::OpenSchedulerStubs(address, o.channels);
   const absl::Time register_start = absl::Now();
   ASSIGN_OR_RETURN(const std::string session_id,
-                   RegisterAgents(o.agents, stubs));
+                   plan_delivery::RegisterSimulatedAgents(o.agents, stubs, "load-test"));
   result->register_s = absl::ToDoubleSeconds(absl::Now() - register_start);
   ASSIGN_OR_RETURN(const ModelSpec model, BuiltinModel(o.model));
   const ClusterSpec cluster = ClusterSpec::H200();

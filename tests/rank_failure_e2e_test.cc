@@ -57,8 +57,10 @@ using testing_process::ChildReaper;
 using testing_process::CtlStatus;
 using testing_process::JsonNumber;
 using testing_process::LcgTrace;
+using testing_process::ParseTrace;
 using testing_process::ReadFile;
 using testing_process::RunToEnd;
+using testing_process::SkewedLength;
 using testing_process::Spawn;
 using testing_process::StartScheduler;
 using testing_process::StopScheduler;
@@ -76,22 +78,6 @@ constexpr int kVictim = 1;
 constexpr int64_t kKillAfter = 3;
 /// How long any one thing the test waits for may take.
 constexpr absl::Duration kPatience = absl::Seconds(60);
-
-int64_t SkewedLength(int d) {
-  if (d < 80) return 64 + 25 * d;
-  if (d < 96) return 2000 + 875 * (d - 80);
-  return 16000 + 10000 * (d - 96);
-}
-
-std::vector<int32_t> ParseLengths(const std::string& text) {
-  std::vector<int32_t> lengths;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    int32_t length = 0;
-    EXPECT_TRUE(absl::SimpleAtoi(line, &length)) << line;
-    lengths.push_back(length);
-  }
-  return lengths;
-}
 
 /// One line of an agent's log.
 struct Line {
@@ -245,7 +231,7 @@ class RankFailureTest : public ::testing::Test {
     StepBuilderOptions options;
     options.tokens_per_step = kTokensPerStep;
     options.seed = kJobSeed;
-    const std::vector<int32_t> lengths = ParseLengths(trace_);
+    const std::vector<int32_t> lengths = ParseTrace(trace_);
     absl::StatusOr<std::vector<std::vector<int64_t>>> steps =
         BuildSteps(LengthView(lengths, kWindow), options, kSteps);
     EXPECT_TRUE(steps.ok()) << steps.status();

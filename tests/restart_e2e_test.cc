@@ -64,12 +64,14 @@ using testing_process::CtlStatus;
 using testing_process::JsonNumber;
 using testing_process::LcgTrace;
 using testing_process::Poll;
+using testing_process::ParseTrace;
 using testing_process::ReadFile;
+using testing_process::SkewedLength;
 using testing_process::Spawn;
+using testing_process::StartSchedulerIncarnation;
 using testing_process::StopScheduler;
 using testing_process::TinyModelJson;
 using testing_process::TmpPath;
-using testing_process::WaitForPortFile;
 using testing_process::WriteFile;
 
 constexpr uint32_t kSeed = 20261201;
@@ -91,32 +93,13 @@ uint32_t Seed() {
   return seed;
 }
 
-/// Mostly short samples, some medium, a few beyond the window.
-int64_t SkewedLength(int d) {
-  if (d < 80) return 64 + 25 * d;
-  if (d < 96) return 2000 + 875 * (d - 80);
-  return 16000 + 10000 * (d - 96);
-}
-
-std::vector<int32_t> ParseLengths(const std::string& text) {
-  std::vector<int32_t> lengths;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    int32_t length = 0;
-    EXPECT_TRUE(absl::SimpleAtoi(line, &length)) << line;
-    lengths.push_back(length);
-  }
-  return lengths;
-}
-
 /// The job: every scheduler incarnation gets the same flags.
 struct Job {
   std::string trace_path;
   std::string model_path;
   std::string state_dir;
-  std::vector<std::string> SchedulerArgs(int port,
-                                         const std::string& port_file) const {
-    return {Binary("scheduler/server/dcp-scheduler"),
-            "--lengths=" + trace_path,
+  std::vector<std::string> SchedulerFlags() const {
+    return {"--lengths=" + trace_path,
             "--model_config=" + model_path,
             absl::StrCat("--world_size=", kWorld),
             absl::StrCat("--gpus_per_node=", kGpusPerNode),
@@ -127,24 +110,9 @@ struct Job {
             "--lookahead_steps=4",
             "--refit_every=4",
             "--metrics_listen=",
-            "--state_dir=" + state_dir,
-            absl::StrCat("--listen=127.0.0.1:", port),
-            "--port_file=" + port_file};
+            "--state_dir=" + state_dir};
   }
 };
-
-/// Starts scheduler incarnation `n` on `port` (0: any) and waits until it
-/// serves; returns its port (0 and a failure when it does not come up).
-int StartIncarnation(const Job& job, int n, int port,
-                     std::vector<Child>& scheduler) {
-  const std::string name = absl::StrCat("scheduler-", n);
-  const std::string port_file = TmpPath(name + ".port");
-  scheduler.push_back(Spawn(name, job.SchedulerArgs(port, port_file)));
-  const int bound =
-      WaitForPortFile(port_file, scheduler.back(), absl::Now() + kPatience);
-  EXPECT_GT(bound, 0) << testing_process::Describe({scheduler.back()});
-  return bound;
-}
 
 /// The step lines of rank `r`'s log, in order.
 std::vector<int64_t> LoggedSteps(int r) {
@@ -422,7 +390,8 @@ TEST(RestartE2eTest, SchedulerKilledAndRestartedCostsNoSample) {
   std::vector<Child> agents;
   ChildReaper reaper({&scheduler, &agents});
   const absl::Time started = absl::Now();
-  const int port = StartIncarnation(job, 0, 0, scheduler);
+  const int port = StartSchedulerIncarnation(
+      "scheduler-0", job.SchedulerFlags(), 0, scheduler);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
   agents = StartAgents(address, job);
@@ -435,7 +404,9 @@ TEST(RestartE2eTest, SchedulerKilledAndRestartedCostsNoSample) {
     ASSERT_GE(at, 0);
     KillNow(scheduler.back());
     absl::StrAppend(&points, " [", Name(point), " ", at, "]");
-    ASSERT_GT(StartIncarnation(job, k + 1, port, scheduler), 0);
+    ASSERT_GT(StartSchedulerIncarnation(absl::StrCat("scheduler-", k + 1),
+                                        job.SchedulerFlags(), port, scheduler),
+              0);
   }
   std::fprintf(stderr, "seed %u: killed%s\n", seed, points.c_str());
 
@@ -457,7 +428,7 @@ TEST(RestartE2eTest, SchedulerKilledAndRestartedCostsNoSample) {
   }
 
   CheckSchedulerLogs(scheduler);
-  CheckTraining(ParseLengths(trace));
+  CheckTraining(ParseTrace(trace));
 }
 
 }  // namespace

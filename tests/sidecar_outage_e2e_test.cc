@@ -52,11 +52,11 @@ using testing_process::LcgTrace;
 using testing_process::ReadFile;
 using testing_process::ServingAgents;
 using testing_process::Spawn;
+using testing_process::StartSchedulerIncarnation;
 using testing_process::StartServingAgents;
 using testing_process::StopScheduler;
 using testing_process::TinyModelJson;
 using testing_process::TmpPath;
-using testing_process::WaitForPortFile;
 using testing_process::WriteFile;
 
 constexpr int kSteps = 6;
@@ -71,10 +71,8 @@ struct Job {
   std::string model_path;
   std::string state_dir;
 
-  std::vector<std::string> SchedulerArgs(int port,
-                                         const std::string& port_file) const {
-    return {Binary("scheduler/server/dcp-scheduler"),
-            "--lengths=" + trace_path,
+  std::vector<std::string> SchedulerFlags() const {
+    return {"--lengths=" + trace_path,
             "--model_config=" + model_path,
             "--world_size=1",
             "--gpus_per_node=1",
@@ -83,23 +81,9 @@ struct Job {
             absl::StrCat("--max_steps=", kSteps),
             "--lookahead_steps=2",
             "--metrics_listen=",
-            "--state_dir=" + state_dir,
-            absl::StrCat("--listen=127.0.0.1:", port),
-            "--port_file=" + port_file};
+            "--state_dir=" + state_dir};
   }
 };
-
-/// Starts scheduler incarnation `n` on `port` (0: any); its bound port.
-int StartIncarnation(const Job& job, int n, int port,
-                     std::vector<Child>& scheduler) {
-  const std::string name = absl::StrCat("scheduler-", n);
-  const std::string port_file = TmpPath(name + ".port");
-  scheduler.push_back(Spawn(name, job.SchedulerArgs(port, port_file)));
-  const int bound =
-      WaitForPortFile(port_file, scheduler.back(), absl::Now() + kPatience);
-  EXPECT_GT(bound, 0) << Describe({scheduler.back()});
-  return bound;
-}
 
 /// The highest reconnection the agent's log says failed (0: none).
 int FailedReconnections(const Child& agent) {
@@ -131,7 +115,8 @@ TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
   std::vector<Child> second;
   ServingAgents serving;
   ChildReaper reaper({&first, &second, &serving.agents});
-  const int port = StartIncarnation(job, 1, 0, first);
+  const int port = StartSchedulerIncarnation(
+      "scheduler-1", job.SchedulerFlags(), 0, first);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
   serving = StartServingAgents(
@@ -212,7 +197,9 @@ TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
   EXPECT_FALSE(
       absl::StrContains(ReadFile(serving.agents[0].err_path), "gave up"));
 
-  ASSERT_GT(StartIncarnation(job, 2, port, second), 0);
+  ASSERT_GT(StartSchedulerIncarnation("scheduler-2", job.SchedulerFlags(), port,
+                                      second),
+            0);
   trainer.join();
   EXPECT_TRUE(errors.empty()) << errors.front();
   steps.insert(steps.end(), later.begin(), later.end());

@@ -31,7 +31,7 @@
 namespace dcp::plan_delivery {
 namespace {
 
-using Stubs = std::vector<std::unique_ptr<v1::Scheduler::Stub>>;
+using Stubs = SchedulerStubs;
 
 /// Each channel is a loopback TCP connection, so two sockets in this
 /// process (client and server end). Raises the soft limit on open files to
@@ -74,45 +74,6 @@ SchedulerServerOptions ServerOptions(const RowConfig& config, int64_t max_steps,
   cp.clock = clock;
   cp.on_step_planned = [log](const PlannedStepEvent& e) { log->Add(e); };
   return options;
-}
-
-// One stub per channel, each channel its own TCP connection.
-Stubs OpenStubs(const std::string& address, int channels) {
-  Stubs stubs;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments args;
-    // Distinct arguments and a local pool: one TCP connection per channel.
-    args.SetInt("dcp.benchmark_channel", c);
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetMaxReceiveMessageSize(-1);
-    // The stub keeps its channel.
-    stubs.push_back(v1::Scheduler::NewStub(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args)));
-  }
-  return stubs;
-}
-
-// Registers ranks 0..n-1; the session they joined.
-absl::StatusOr<std::string> RegisterAgents(int n, const Stubs& stubs) {
-  std::string session_id;
-  for (int rank = 0; rank < n; ++rank) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(30));
-    v1::RegisterRequest request;
-    request.set_rank(rank);
-    request.set_host("bench");
-    request.set_world_size(n);
-    v1::RegisterResponse response;
-    const grpc::Status status =
-        stubs[rank % stubs.size()]->Register(&context, request, &response);
-    if (!status.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "Register of rank ", rank, " failed: ", status.error_message()));
-    }
-    session_id = response.session_id();
-  }
-  return session_id;
 }
 
 // Waits for every agent to end: drains when `max_time` is up, and cuts
@@ -238,13 +199,13 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   const int gpus_per_node = options.control_plane.cluster.gpus_per_node;
   ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
                    SchedulerServer::Start(std::move(options)));
-  const Stubs stubs = OpenStubs(server->address(), config.channels);
+  const Stubs stubs = OpenSchedulerStubs(server->address(), config.channels);
 
   RowResult result;
   result.agents = n;
   result.ran = true;
   const absl::Time register_start = absl::Now();
-  ASSIGN_OR_RETURN(const std::string session_id, RegisterAgents(n, stubs));
+  ASSIGN_OR_RETURN(const std::string session_id, RegisterSimulatedAgents(n, stubs, "bench"));
   result.register_s = absl::ToDoubleSeconds(absl::Now() - register_start);
 
   AgentRun run(n, max_steps, model, gpus_per_node, config.step_time,

@@ -4,20 +4,62 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/async_stream.h"
 #include "grpcpp/support/async_unary_call.h"
 
 namespace dcp::plan_delivery {
+
+SchedulerStubs OpenSchedulerStubs(const std::string& address, int channels) {
+  SchedulerStubs stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    // Distinct arguments and a local pool: one TCP connection per channel.
+    args.SetInt("dcp.simulated_agent_channel", c);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(-1);
+    stubs.push_back(v1::Scheduler::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args)));
+  }
+  return stubs;
+}
+
+absl::StatusOr<std::string> RegisterSimulatedAgents(
+    int n, const SchedulerStubs& stubs, const std::string& host) {
+  std::string session_id;
+  for (int rank = 0; rank < n; ++rank) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::RegisterRequest request;
+    request.set_rank(rank);
+    request.set_host(host);
+    request.set_world_size(n);
+    v1::RegisterResponse response;
+    const grpc::Status status =
+        stubs[rank % stubs.size()]->Register(&context, request, &response);
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "Register of rank ", rank, " failed: ", status.error_message()));
+    }
+    session_id = response.session_id();
+  }
+  return session_id;
+}
 
 /// A completion-queue tag.
 class Handler {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -22,6 +23,18 @@
 // agents need no N threads), records when each step arrived and reports its
 // timings the way a worker agent does.
 namespace dcp::plan_delivery {
+
+/// A stub per channel; the stubs keep their channels.
+using SchedulerStubs = std::vector<std::unique_ptr<v1::Scheduler::Stub>>;
+
+/// `channels` stubs to the scheduler at `address`, each channel its own TCP
+/// connection (plaintext: the fleet runs on loopback).
+SchedulerStubs OpenSchedulerStubs(const std::string& address, int channels);
+
+/// Registers ranks 0..n-1 of a world of n from `host`, rank r over stub
+/// r % stubs.size(); the session they joined.
+absl::StatusOr<std::string> RegisterSimulatedAgents(
+    int n, const SchedulerStubs& stubs, const std::string& host);
 
 /// What every agent of a row shares. Thread-safe.
 struct AgentRun {
