@@ -55,9 +55,10 @@ ABSL_FLAG(int64_t, tokens_per_rank, 65536,
           "Tokens per rank per step (--tokens_per_step = agents * this).");
 ABSL_FLAG(absl::Duration, sample_every, absl::Seconds(10),
           "How often the scheduler's memory and CPU are read.");
-ABSL_FLAG(absl::Duration, warmup, absl::Seconds(20),
+ABSL_FLAG(absl::Duration, warmup, absl::Seconds(30),
           "Samples before this are left out of the memory slope and the CPU "
-          "per step (start-up: the trace, the first plans, malloc's arenas).");
+          "per step (start-up: the trace, the first plans, and malloc's and "
+          "gRPC's arenas, which at 4,096 ranks still grow after 20 s).");
 ABSL_FLAG(double, max_growth, 0.10,
           "Most growth of the scheduler's resident memory over the steady "
           "phase, as a share of its value at the phase's start.");

@@ -198,270 +198,318 @@ bool IsCommitId(const std::string& commit) {
   return true;
 }
 
-TEST(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
-  const std::optional<std::string> prometheus = FindOnPath("prometheus");
-  if (!prometheus.has_value()) {
-    GTEST_SKIP() << "prometheus is not on PATH; tools/setup.sh installs it "
-                    "(Debian package prometheus)";
-  }
-  const std::string trace = TmpPath("trace.txt");
-  const std::string model = TmpPath("model.json");
-  // Mostly short samples, a few long ones.
-  ASSERT_TRUE(WriteFile(trace, LcgTrace(3000, 12345, 100, [](int d) {
-                          return d < 90 ? 64 + d * 20 : 4000 + d * 40;
-                        })));
-  // 8 heads: every group size of a world of 2 divides them.
-  ASSERT_TRUE(WriteFile(model, TinyModelJson("tiny-metrics")));
-  std::vector<Child> scheduler;
-  std::vector<Child> agents;
-  std::vector<Child> server;
-  ChildReaper reaper({&scheduler, &agents, &server});
-
+// The job, its Prometheus and what the test asks of them, in the order the
+// test runs them; a step that fails fatally ends the test (the reaper kills
+// what is still running).
+class MetricsE2eTest : public ::testing::Test {
+ protected:
   // The job: a scheduler with no step limit (it keeps planning while the
   // test watches) and two agents, every server on 127.0.0.1:0.
-  scheduler = {
-      Spawn("scheduler",
-            {Binary("scheduler/server/dcp-scheduler"), "--lengths=" + trace,
-             "--model_config=" + model, absl::StrCat("--world_size=", kWorld),
-             "--gpus_per_node=2", "--window=8192", "--tokens_per_step=16384",
-             "--lookahead_steps=2", "--refit_every=8", "--prior_weight=0.0001",
-             "--listen=127.0.0.1:0", "--port_file=" + TmpPath("scheduler.port"),
-             "--metrics_listen=127.0.0.1:0",
-             "--metrics_port_file=" + TmpPath("scheduler.metrics_port")})};
-  const int port = WaitForPortFile(TmpPath("scheduler.port"), scheduler[0],
-                                   absl::Now() + kPatience);
-  const int scheduler_metrics = WaitForPortFile(
-      TmpPath("scheduler.metrics_port"), scheduler[0], absl::Now() + kPatience);
-  ASSERT_GT(port, 0) << reaper.Describe(kStderrTail);
-  ASSERT_GT(scheduler_metrics, 0) << reaper.Describe(kStderrTail);
-
-  std::vector<int> agent_metrics(kWorld);
-  for (int r = 0; r < kWorld; ++r) {
-    agents.push_back(Spawn(
-        absl::StrCat("agent-", r),
-        {Binary("worker_agent/dcp-agent"),
-         absl::StrCat("--scheduler=127.0.0.1:", port),
-         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
-         "--mode=execute", "--model_config=" + model, "--token_scale=64",
+  void StartJob() {
+    // Mostly short samples, a few long ones.
+    ASSERT_TRUE(WriteFile(trace_, LcgTrace(3000, 12345, 100, [](int d) {
+                            return d < 90 ? 64 + d * 20 : 4000 + d * 40;
+                          })));
+    // 8 heads: every group size of a world of 2 divides them.
+    ASSERT_TRUE(WriteFile(model_, TinyModelJson("tiny-metrics")));
+    scheduler_ = {Spawn(
+        "scheduler",
+        {Binary("scheduler/server/dcp-scheduler"), "--lengths=" + trace_,
+         "--model_config=" + model_, absl::StrCat("--world_size=", kWorld),
+         "--gpus_per_node=2", "--window=8192", "--tokens_per_step=16384",
+         "--lookahead_steps=2", "--refit_every=8", "--prior_weight=0.0001",
+         "--listen=127.0.0.1:0", "--port_file=" + TmpPath("scheduler.port"),
          "--metrics_listen=127.0.0.1:0",
-         "--metrics_port_file=" +
-             TmpPath(absl::StrCat("agent-", r, ".port"))}));
-  }
-  for (int r = 0; r < kWorld; ++r) {
-    agent_metrics[r] =
-        WaitForPortFile(TmpPath(absl::StrCat("agent-", r, ".port")), agents[r],
+         "--metrics_port_file=" + TmpPath("scheduler.metrics_port")})};
+    port_ = WaitForPortFile(TmpPath("scheduler.port"), scheduler_[0],
+                            absl::Now() + kPatience);
+    scheduler_metrics_ =
+        WaitForPortFile(TmpPath("scheduler.metrics_port"), scheduler_[0],
                         absl::Now() + kPatience);
-    ASSERT_GT(agent_metrics[r], 0) << reaper.Describe(kStderrTail);
+    ASSERT_GT(port_, 0) << reaper_.Describe(kStderrTail);
+    ASSERT_GT(scheduler_metrics_, 0) << reaper_.Describe(kStderrTail);
+
+    agent_metrics_.assign(kWorld, 0);
+    for (int r = 0; r < kWorld; ++r) {
+      agents_.push_back(Spawn(
+          absl::StrCat("agent-", r),
+          {Binary("worker_agent/dcp-agent"),
+           absl::StrCat("--scheduler=127.0.0.1:", port_),
+           absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
+           "--mode=execute", "--model_config=" + model_, "--token_scale=64",
+           "--metrics_listen=127.0.0.1:0",
+           "--metrics_port_file=" +
+               TmpPath(absl::StrCat("agent-", r, ".port"))}));
+    }
+    for (int r = 0; r < kWorld; ++r) {
+      agent_metrics_[r] =
+          WaitForPortFile(TmpPath(absl::StrCat("agent-", r, ".port")),
+                          agents_[r], absl::Now() + kPatience);
+      ASSERT_GT(agent_metrics_[r], 0) << reaper_.Describe(kStderrTail);
+    }
   }
 
   // Prometheus with the deploy configuration: the targets as the deploy
   // would write them, and a 1 s scrape interval instead of 15 s.
-  const std::string config_dir = TmpPath("prometheus");
-  ASSERT_EQ(mkdir(config_dir.c_str(), 0755), 0);
-  ASSERT_EQ(mkdir((config_dir + "/targets").c_str(), 0755), 0);
-  std::string config = ReadFile(Binary("deploy/prometheus/prometheus.yml"));
-  ASSERT_EQ(absl::StrReplaceAll(
-                {{"scrape_interval: 15s", "scrape_interval: 1s"}}, &config),
-            1)
-      << "deploy/prometheus/prometheus.yml no longer sets "
-         "'scrape_interval: 15s' once:\n"
-      << config;
-  ASSERT_TRUE(WriteFile(config_dir + "/prometheus.yml", config));
-  ASSERT_TRUE(WriteFile(
-      config_dir + "/targets/dcp-scheduler.json",
-      nlohmann::json::array(
-          {{{"targets", {absl::StrCat("127.0.0.1:", scheduler_metrics)}}}})
-          .dump()));
-  nlohmann::json agent_targets = nlohmann::json::array();
-  for (int r = 0; r < kWorld; ++r) {
-    agent_targets.push_back(
-        {{"targets", {absl::StrCat("127.0.0.1:", agent_metrics[r])}},
-         {"labels", {{"rank", absl::StrCat(r)}}}});
-  }
-  ASSERT_TRUE(
-      WriteFile(config_dir + "/targets/dcp-agent.json", agent_targets.dump()));
-  if (const std::optional<std::string> promtool = FindOnPath("promtool")) {
-    std::vector<Child> check = {
-        Spawn("promtool-check-config",
-              {*promtool, "check", "config", config_dir + "/prometheus.yml"})};
-    ASSERT_TRUE(WaitAll(check, absl::Now() + kPatience));
-    EXPECT_EQ(check[0].exit_code, 0) << Describe(check, kStderrTail);
-  }
+  void StartPrometheus() {
+    const std::string config_dir = TmpPath("prometheus");
+    ASSERT_EQ(mkdir(config_dir.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((config_dir + "/targets").c_str(), 0755), 0);
+    std::string config = ReadFile(Binary("deploy/prometheus/prometheus.yml"));
+    ASSERT_EQ(absl::StrReplaceAll(
+                  {{"scrape_interval: 15s", "scrape_interval: 1s"}}, &config),
+              1)
+        << "deploy/prometheus/prometheus.yml no longer sets "
+           "'scrape_interval: 15s' once:\n"
+        << config;
+    ASSERT_TRUE(WriteFile(config_dir + "/prometheus.yml", config));
+    ASSERT_TRUE(WriteFile(
+        config_dir + "/targets/dcp-scheduler.json",
+        nlohmann::json::array(
+            {{{"targets", {absl::StrCat("127.0.0.1:", scheduler_metrics_)}}}})
+            .dump()));
+    nlohmann::json agent_targets = nlohmann::json::array();
+    for (int r = 0; r < kWorld; ++r) {
+      agent_targets.push_back(
+          {{"targets", {absl::StrCat("127.0.0.1:", agent_metrics_[r])}},
+           {"labels", {{"rank", absl::StrCat(r)}}}});
+    }
+    ASSERT_TRUE(WriteFile(config_dir + "/targets/dcp-agent.json",
+                          agent_targets.dump()));
+    if (const std::optional<std::string> promtool = FindOnPath("promtool")) {
+      std::vector<Child> check = {Spawn(
+          "promtool-check-config",
+          {*promtool, "check", "config", config_dir + "/prometheus.yml"})};
+      ASSERT_TRUE(WaitAll(check, absl::Now() + kPatience));
+      EXPECT_EQ(check[0].exit_code, 0) << Describe(check, kStderrTail);
+    }
 
-  const int web_port = FreePort();
-  ASSERT_GT(web_port, 0);
-  server = {
-      Spawn("prometheus",
-            {*prometheus, "--config.file=" + config_dir + "/prometheus.yml",
-             "--storage.tsdb.path=" + TmpPath("tsdb"),
-             absl::StrCat("--web.listen-address=127.0.0.1:", web_port),
-             "--log.level=warn"})};
+    web_port_ = FreePort();
+    ASSERT_GT(web_port_, 0);
+    server_ = {
+        Spawn("prometheus",
+              {*prometheus_, "--config.file=" + config_dir + "/prometheus.yml",
+               "--storage.tsdb.path=" + TmpPath("tsdb"),
+               absl::StrCat("--web.listen-address=127.0.0.1:", web_port_),
+               "--log.level=warn"})};
+  }
 
   // Every target up (Prometheus' own `up`), the agents with their rank.
-  bool ok = false;
-  std::string seen = WaitForQuery(
-      web_port, "up",
-      [](const std::vector<Series>& r) {
-        int scheduler = 0, agents = 0;
-        for (const Series& s : r) {
-          if (s.value != 1) return false;
-          const std::string job =
-              s.labels.count("job") ? s.labels.at("job") : "";
-          scheduler += job == "dcp-scheduler";
-          agents += job == "dcp-agent" && s.labels.count("rank") == 1;
-        }
-        return scheduler == 1 && agents == kWorld;
-      },
-      &ok);
-  ASSERT_TRUE(ok) << "up: " << seen << "\n" << reaper.Describe(kStderrTail);
+  void ExpectTargetsUp() {
+    bool ok = false;
+    const std::string seen = WaitForQuery(
+        web_port_, "up",
+        [](const std::vector<Series>& r) {
+          int scheduler = 0, agents = 0;
+          for (const Series& s : r) {
+            if (s.value != 1) return false;
+            const std::string job =
+                s.labels.count("job") ? s.labels.at("job") : "";
+            scheduler += job == "dcp-scheduler";
+            agents += job == "dcp-agent" && s.labels.count("rank") == 1;
+          }
+          return scheduler == 1 && agents == kWorld;
+        },
+        &ok);
+    ASSERT_TRUE(ok) << "up: " << seen << "\n" << reaper_.Describe(kStderrTail);
+  }
 
   // Values that only a running job gives, as Prometheus scraped them.
-  auto positive = [](const std::vector<Series>& r) {
-    return !r.empty() && r[0].value > 0;
-  };
-  for (const char* query : {
-           "dcp_scheduler_steps_planned_total",
-           "dcp_scheduler_steps_completed_total",
-           "dcp_scheduler_timing_reports_total",
-           "dcp_scheduler_planning_seconds_count",
-           "dcp_scheduler_planned_tokens_total",
-           "dcp_scheduler_cost_model_coefficient{coefficient=\"attn\"}",
-           "dcp_scheduler_rpcs_total{method=\"StreamReports\",code=\"OK\"}",
-           "dcp_agent_steps_executed_total{rank=\"0\"}",
-           "dcp_agent_steps_executed_total{rank=\"1\"}",
-           "sum(dcp_agent_task_seconds_count)",
-           "sum(dcp_agent_steps_received_total)",
-           "dcp_scheduler_step_measured_seconds",
-           "dcp_scheduler_step_predicted_seconds",
-           "dcp_scheduler_step_seconds_count",
-           "dcp_scheduler_trained_tokens_total",
-           "dcp_scheduler_tokens_per_second",
-           "dcp_scheduler_task_group_size_count",
-           "dcp_scheduler_task_recompute_ratio_count",
-           "dcp_agent_plan_delivery_seconds_count{rank=\"0\"}",
-           "dcp_agent_plan_delivery_seconds_count{rank=\"1\"}",
-           "dcp_agent_communicator_formation_seconds_count{rank=\"0\"}",
-           "dcp_agent_communicator_formation_seconds_count{rank=\"1\"}",
-       }) {
-    seen = WaitForQuery(web_port, query, positive, &ok);
-    EXPECT_TRUE(ok) << query << ": " << seen;
-  }
-  // One delivery observation per step an agent received (a scrape between
-  // the two counts may see them one apart; the wait takes the next).
-  seen = WaitForQuery(
-      web_port,
-      "sum(dcp_agent_plan_delivery_seconds_count) - "
-      "sum(dcp_agent_steps_received_total)",
-      [](const std::vector<Series>& r) {
-        return r.size() == 1 && r[0].value == 0;
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "deliveries - steps received: " << seen;
-  // Both sources of the imbalance, each an idle fraction.
-  seen = WaitForQuery(
-      web_port, "dcp_scheduler_step_imbalance_ratio",
-      [](const std::vector<Series>& r) {
-        std::set<std::string> sources;
-        for (const Series& s : r) {
-          if (s.value < 0 || s.value > 1) return false;
-          sources.insert(s.labels.at("source"));
-        }
-        return sources == std::set<std::string>{"measured", "predicted"};
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "dcp_scheduler_step_imbalance_ratio: " << seen;
-  // Every daemon's build info names this build's version and commit.
-  const BuildInfo build = CurrentBuildInfo();
-  EXPECT_TRUE(build.commit == "unknown" || IsCommitId(build.commit))
-      << build.commit;
-  for (const auto& [query, count] : std::vector<std::pair<std::string, size_t>>{
-           {"dcp_scheduler_build_info", 1}, {"dcp_agent_build_info", kWorld}}) {
+  void ExpectRunningJobFigures() {
+    bool ok = false;
+    auto positive = [](const std::vector<Series>& r) {
+      return !r.empty() && r[0].value > 0;
+    };
+    for (const char* query : {
+             "dcp_scheduler_steps_planned_total",
+             "dcp_scheduler_steps_completed_total",
+             "dcp_scheduler_timing_reports_total",
+             "dcp_scheduler_planning_seconds_count",
+             "dcp_scheduler_planned_tokens_total",
+             "dcp_scheduler_cost_model_coefficient{coefficient=\"attn\"}",
+             "dcp_scheduler_rpcs_total{method=\"StreamReports\",code=\"OK\"}",
+             "dcp_agent_steps_executed_total{rank=\"0\"}",
+             "dcp_agent_steps_executed_total{rank=\"1\"}",
+             "sum(dcp_agent_task_seconds_count)",
+             "sum(dcp_agent_steps_received_total)",
+             "dcp_scheduler_step_measured_seconds",
+             "dcp_scheduler_step_predicted_seconds",
+             "dcp_scheduler_step_seconds_count",
+             "dcp_scheduler_trained_tokens_total",
+             "dcp_scheduler_tokens_per_second",
+             "dcp_scheduler_task_group_size_count",
+             "dcp_scheduler_task_recompute_ratio_count",
+             "dcp_agent_plan_delivery_seconds_count{rank=\"0\"}",
+             "dcp_agent_plan_delivery_seconds_count{rank=\"1\"}",
+             "dcp_agent_communicator_formation_seconds_count{rank=\"0\"}",
+             "dcp_agent_communicator_formation_seconds_count{rank=\"1\"}",
+         }) {
+      const std::string seen = WaitForQuery(web_port_, query, positive, &ok);
+      EXPECT_TRUE(ok) << query << ": " << seen;
+    }
+    std::string seen;
+    // One delivery observation per step an agent received (a scrape between
+    // the two counts may see them one apart; the wait takes the next).
     seen = WaitForQuery(
-        web_port, query,
-        [&, count = count](const std::vector<Series>& r) {
-          if (r.size() != count) return false;
+        web_port_,
+        "sum(dcp_agent_plan_delivery_seconds_count) - "
+        "sum(dcp_agent_steps_received_total)",
+        [](const std::vector<Series>& r) {
+          return r.size() == 1 && r[0].value == 0;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << "deliveries - steps received: " << seen;
+    // Both sources of the imbalance, each an idle fraction.
+    seen = WaitForQuery(
+        web_port_, "dcp_scheduler_step_imbalance_ratio",
+        [](const std::vector<Series>& r) {
+          std::set<std::string> sources;
           for (const Series& s : r) {
-            if (s.value != 1 || s.labels.at("version") != kDcpVersion ||
-                s.labels.at("commit") != build.commit) {
-              return false;
+            if (s.value < 0 || s.value > 1) return false;
+            sources.insert(s.labels.at("source"));
+          }
+          return sources == std::set<std::string>{"measured", "predicted"};
+        },
+        &ok);
+    EXPECT_TRUE(ok) << "dcp_scheduler_step_imbalance_ratio: " << seen;
+  }
+
+  // Every daemon's build info names this build's version and commit.
+  void ExpectBuildInfo() {
+    bool ok = false;
+    const BuildInfo build = CurrentBuildInfo();
+    EXPECT_TRUE(build.commit == "unknown" || IsCommitId(build.commit))
+        << build.commit;
+    for (const auto& [query, count] :
+         std::vector<std::pair<std::string, size_t>>{
+             {"dcp_scheduler_build_info", 1},
+             {"dcp_agent_build_info", kWorld}}) {
+      const std::string seen = WaitForQuery(
+          web_port_, query,
+          [&, count = count](const std::vector<Series>& r) {
+            if (r.size() != count) return false;
+            for (const Series& s : r) {
+              if (s.value != 1 || s.labels.at("version") != kDcpVersion ||
+                  s.labels.at("commit") != build.commit) {
+                return false;
+              }
             }
+            return true;
+          },
+          &ok);
+      EXPECT_TRUE(ok) << query << " (want commit " << build.commit
+                      << "): " << seen;
+    }
+  }
+
+  // The scheduler sees every agent; each agent's rank gauge is its rank.
+  void ExpectAgentsConnected() {
+    bool ok = false;
+    std::string seen = WaitForQuery(
+        web_port_, "dcp_scheduler_connected_agents",
+        [](const std::vector<Series>& r) {
+          return r.size() == 1 && r[0].value == kWorld;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << "dcp_scheduler_connected_agents: " << seen;
+    seen = WaitForQuery(
+        web_port_, "dcp_agent_rank",
+        [](const std::vector<Series>& r) {
+          if (r.size() != kWorld) return false;
+          for (const Series& s : r) {
+            if (absl::StrCat(s.value) != s.labels.at("rank")) return false;
           }
           return true;
         },
         &ok);
-    EXPECT_TRUE(ok) << query << " (want commit " << build.commit
-                    << "): " << seen;
-  }
-  seen = WaitForQuery(
-      web_port, "dcp_scheduler_connected_agents",
-      [](const std::vector<Series>& r) {
-        return r.size() == 1 && r[0].value == kWorld;
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "dcp_scheduler_connected_agents: " << seen;
-  seen = WaitForQuery(
-      web_port, "dcp_agent_rank",
-      [](const std::vector<Series>& r) {
-        if (r.size() != kWorld) return false;
-        for (const Series& s : r) {
-          if (absl::StrCat(s.value) != s.labels.at("rank")) return false;
-        }
-        return true;
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "dcp_agent_rank: " << seen;
-
-  // The job ends cleanly with its metrics servers: a drain lets the agents
-  // run and report their last steps and exit 0, then the scheduler, with no
-  // stream left, exits 0 on SIGTERM.
-  std::vector<Child> drain = {
-      Spawn("dcp-ctl-drain",
-            {Binary("scheduler/server/dcp-ctl"),
-             absl::StrCat("--scheduler=127.0.0.1:", port), "drain"})};
-  ASSERT_TRUE(WaitAll(drain, absl::Now() + kPatience))
-      << Describe(drain, kStderrTail);
-  EXPECT_EQ(drain[0].exit_code, 0) << Describe(drain, kStderrTail);
-  ASSERT_TRUE(WaitAll(agents, absl::Now() + kPatience))
-      << Describe(agents, kStderrTail);
-  for (const Child& a : agents) {
-    EXPECT_EQ(a.exit_code, 0) << Describe(agents, kStderrTail);
+    EXPECT_TRUE(ok) << "dcp_agent_rank: " << seen;
   }
 
-  // Drained: every step the scheduler planned (and logged) completed, and
-  // the figures add up once Prometheus has scraped the last of them.
-  const LoggedSteps logged = ParseLoggedSteps(ReadFile(scheduler[0].err_path));
-  ASSERT_GT(logged.steps, 0) << reaper.Describe(kStderrTail);
-  seen = WaitForQuery(
-      web_port, "dcp_scheduler_steps_completed_total",
-      [&](const std::vector<Series>& r) {
-        return r.size() == 1 && r[0].value == logged.steps;
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "completed steps (want the " << logged.steps
-                  << " logged): " << seen;
-  seen = WaitForQuery(
-      web_port, "dcp_scheduler_trained_tokens_total",
-      [&](const std::vector<Series>& r) {
-        return r.size() == 1 && r[0].value == logged.tokens;
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "trained tokens (want " << logged.tokens
-                  << ", the logged steps' sum): " << seen;
-  seen = WaitForQuery(
-      web_port, "dcp_scheduler_step_seconds_count",
-      [&](const std::vector<Series>& r) {
-        return r.size() == 1 && r[0].value == logged.steps;
-      },
-      &ok);
-  EXPECT_TRUE(ok) << "step time observations (want one per step, "
-                  << logged.steps << "): " << seen;
-  kill(scheduler[0].pid, SIGTERM);
-  ASSERT_TRUE(WaitAll(scheduler, absl::Now() + kPatience))
-      << Describe(scheduler, kStderrTail);
-  EXPECT_EQ(scheduler[0].exit_code, 0) << Describe(scheduler, kStderrTail);
-  kill(server[0].pid, SIGTERM);
-  EXPECT_TRUE(WaitAll(server, absl::Now() + kPatience))
-      << Describe(server, kStderrTail);
+  // The job ends cleanly with its metrics servers, and its totals add up.
+  void DrainAndExpectTotals() {
+    // A drain lets the agents run and report their last steps and exit 0,
+    // then the scheduler, with no stream left, exits 0 on SIGTERM.
+    std::vector<Child> drain = {
+        Spawn("dcp-ctl-drain",
+              {Binary("scheduler/server/dcp-ctl"),
+               absl::StrCat("--scheduler=127.0.0.1:", port_), "drain"})};
+    ASSERT_TRUE(WaitAll(drain, absl::Now() + kPatience))
+        << Describe(drain, kStderrTail);
+    EXPECT_EQ(drain[0].exit_code, 0) << Describe(drain, kStderrTail);
+    ASSERT_TRUE(WaitAll(agents_, absl::Now() + kPatience))
+        << Describe(agents_, kStderrTail);
+    for (const Child& a : agents_) {
+      EXPECT_EQ(a.exit_code, 0) << Describe(agents_, kStderrTail);
+    }
+
+    // Drained: every step the scheduler planned (and logged) completed, and
+    // the figures add up once Prometheus has scraped the last of them.
+    const LoggedSteps logged =
+        ParseLoggedSteps(ReadFile(scheduler_[0].err_path));
+    ASSERT_GT(logged.steps, 0) << reaper_.Describe(kStderrTail);
+    bool ok = false;
+    std::string seen = WaitForQuery(
+        web_port_, "dcp_scheduler_steps_completed_total",
+        [&](const std::vector<Series>& r) {
+          return r.size() == 1 && r[0].value == logged.steps;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << "completed steps (want the " << logged.steps
+                    << " logged): " << seen;
+    seen = WaitForQuery(
+        web_port_, "dcp_scheduler_trained_tokens_total",
+        [&](const std::vector<Series>& r) {
+          return r.size() == 1 && r[0].value == logged.tokens;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << "trained tokens (want " << logged.tokens
+                    << ", the logged steps' sum): " << seen;
+    seen = WaitForQuery(
+        web_port_, "dcp_scheduler_step_seconds_count",
+        [&](const std::vector<Series>& r) {
+          return r.size() == 1 && r[0].value == logged.steps;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << "step time observations (want one per step, "
+                    << logged.steps << "): " << seen;
+    kill(scheduler_[0].pid, SIGTERM);
+    ASSERT_TRUE(WaitAll(scheduler_, absl::Now() + kPatience))
+        << Describe(scheduler_, kStderrTail);
+    EXPECT_EQ(scheduler_[0].exit_code, 0) << Describe(scheduler_, kStderrTail);
+    kill(server_[0].pid, SIGTERM);
+    EXPECT_TRUE(WaitAll(server_, absl::Now() + kPatience))
+        << Describe(server_, kStderrTail);
+  }
+
+  std::optional<std::string> prometheus_ = FindOnPath("prometheus");
+  const std::string trace_ = TmpPath("trace.txt");
+  const std::string model_ = TmpPath("model.json");
+  std::vector<Child> scheduler_;
+  std::vector<Child> agents_;
+  std::vector<Child> server_;
+  ChildReaper reaper_{{&scheduler_, &agents_, &server_}};
+  int port_ = 0;
+  int scheduler_metrics_ = 0;
+  std::vector<int> agent_metrics_;
+  int web_port_ = 0;
+};
+
+TEST_F(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
+  if (!prometheus_.has_value()) {
+    GTEST_SKIP() << "prometheus is not on PATH; tools/setup.sh installs it "
+                    "(Debian package prometheus)";
+  }
+  // Each phase needs the one before; a fatal failure in one ends the test.
+  StartJob();
+  if (HasFatalFailure()) return;
+  StartPrometheus();
+  if (HasFatalFailure()) return;
+  ExpectTargetsUp();
+  if (HasFatalFailure()) return;
+  ExpectRunningJobFigures();
+  ExpectBuildInfo();
+  ExpectAgentsConnected();
+  DrainAndExpectTotals();
 }
 
 }  // namespace
