@@ -1,7 +1,7 @@
 // The control plane end to end: the real dcp-scheduler binary and eight
 // real dcp-agent processes in execute mode (from the test's runfiles, no
 // shell), over a skewed trace the test writes, on a world of 8 ranks with 4
-// per "node" so groups span nodes. Checks, from the agents' logs and
+// per "node" (groups may span nodes). Checks, from the agents' logs and
 // `dcp-ctl --json status`, that every rank ran steps 0..49 in order, that
 // the members of every task ran the same samples, that every sample of
 // every step ran in exactly one task (against the scheduler's own step
@@ -175,7 +175,9 @@ RankLog ParseLog(const std::string& text, int rank, bool synced = false) {
     EXPECT_EQ(j.value("rank", -1), rank) << line;
     if (j.value("kind", "") == "step") {
       log.steps.push_back(j["step"].get<int64_t>());
-      if (synced) EXPECT_GT(j.value("sync_seconds", 0.0), 0.0) << line;
+      if (synced) {
+        EXPECT_GT(j.value("sync_seconds", 0.0), 0.0) << line;
+      }
       EXPECT_EQ(j["tasks"].get<int>(),
                 std::count_if(log.tasks.begin(), log.tasks.end(),
                               [&](const TaskLine& t) {
@@ -197,13 +199,14 @@ RankLog ParseLog(const std::string& text, int rank, bool synced = false) {
   return log;
 }
 
-/// The checks both tests make on what the ranks logged. `across_nodes`:
-/// some group must span two nodes (the 50-step run plans one at step 2;
-/// over the in-process run's few steps, after refits from timings, the
-/// planner may keep every group inside a node).
+/// The checks both tests make on what the ranks logged. Whether some group
+/// spans two nodes is not one of them: that is the planner's choice, which
+/// after refits from measured timings varies from run to run (the 50-step
+/// run failed on it once the planner of issue 12 stopped planning one in its
+/// first steps); the agents form a group the same way whichever nodes its
+/// ranks are on.
 void CheckRun(const std::vector<RankLog>& logs,
-              const std::vector<int32_t>& lengths, int steps,
-              bool across_nodes = true) {
+              const std::vector<int32_t>& lengths, int steps) {
   // Every rank ran steps 0..steps-1 in order, its tasks in micro-step
   // order.
   std::vector<int64_t> all_steps;
@@ -232,7 +235,6 @@ void CheckRun(const std::vector<RankLog>& logs,
   };
   std::map<std::pair<int64_t, int>, Seen> tasks;
   int multi_rank_tasks = 0;
-  std::set<std::vector<int>> groups;
   for (const RankLog& log : logs) {
     for (const TaskLine& t : log.tasks) {
       auto [it, inserted] = tasks.try_emplace({t.step, t.task_index});
@@ -252,20 +254,10 @@ void CheckRun(const std::vector<RankLog>& logs,
   for (const auto& [key, seen] : tasks) {
     EXPECT_EQ(std::set<int>(seen.group.begin(), seen.group.end()), seen.ranks)
         << "step " << key.first << " task " << key.second;
-    if (seen.group.size() > 1) {
-      ++multi_rank_tasks;
-      groups.insert(seen.group);
-    }
+    if (seen.group.size() > 1) ++multi_rank_tasks;
   }
-  // The trace is skewed enough that groups form, some across nodes.
+  // The trace is skewed enough that groups form.
   EXPECT_GT(multi_rank_tasks, 0);
-  bool spans_nodes = false;
-  for (const std::vector<int>& g : groups) {
-    spans_nodes |= g.front() / kGpusPerNode != g.back() / kGpusPerNode;
-  }
-  if (across_nodes) {
-    EXPECT_TRUE(spans_nodes) << groups.size() << " groups, none across nodes";
-  }
 
   // Every sample of every step ran in exactly one task, none twice: the
   // steps are the scheduler's step builder over the same trace.
@@ -640,7 +632,7 @@ TEST(ControlPlaneE2eTest, EightInProcessAgentsRunTheSameChecks) {
 
   std::vector<RankLog> logs;
   for (int r = 0; r < kWorld; ++r) logs.push_back(ParseLog(texts[r], r));
-  CheckRun(logs, lengths, kInProcessSteps, /*across_nodes=*/false);
+  CheckRun(logs, lengths, kInProcessSteps);
 }
 
 TEST(ControlPlaneE2eTest, ServeModeAgentsFeedSidecarTrainers) {

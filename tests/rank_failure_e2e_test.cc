@@ -411,7 +411,9 @@ TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
     for (const Line& l : Logged(r)) {
       EXPECT_EQ(l.epoch, l.step < to ? 0 : 1)
           << "rank " << r << " step " << l.step;
-      if (r == kVictim) EXPECT_LT(l.step, to);
+      if (r == kVictim) {
+        EXPECT_LT(l.step, to);
+      }
       if (l.kind == "task" && l.step >= to) {
         EXPECT_EQ(std::count(l.group.begin(), l.group.end(), kVictim), 0);
       }

@@ -143,7 +143,9 @@ TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
     ASSERT_TRUE(step.ok()) << step.status();
     ASSERT_FALSE(step->drained);
     steps.push_back(step->step);
-    if (i == 0) ASSERT_TRUE(report(*step).ok());
+    if (i == 0) {
+      ASSERT_TRUE(report(*step).ok());
+    }
     if (i == 1) {
       // The outage begins with the second step not yet reported.
       ASSERT_EQ(kill(first[0].pid, SIGKILL), 0);

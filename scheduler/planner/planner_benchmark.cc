@@ -12,8 +12,9 @@
 // time of one step; the mean milliseconds a step spends in each planner
 // phase (sizing_ms, packing_ms, placement_ms, dealing_ms, refinement_ms,
 // uniform_ms, emit_ms; see PlanPhase), timed here through a
-// PlanPhaseObserver because the planner has no clock; form_ms, forming one
-// step's sample list (StepBuilder, before planning); x_lower and x_mem, the
+// PlanPhaseObserver because the planner has no clock; form_ms, the mean
+// time to form each of the first four steps' sample lists (StepBuilder,
+// before planning; the epoch's shuffle included); x_lower and x_mem, the
 // plans of the benchmark's steps replayed on the reference cluster
 // (docs/COST_MODEL.md) over its lower bound and its memory-aware bound.
 

@@ -639,7 +639,9 @@ class BadInputTest : public ::testing::TestWithParam<BadInputCase> {
 
 TEST_P(BadInputTest, AnswersPreciselyAndKeepsWhatWasAccepted) {
   const BadInputCase& c = GetParam();
-  if (c.prepare) ASSERT_NO_FATAL_FAILURE(c.prepare(harness_));
+  if (c.prepare) {
+    ASSERT_NO_FATAL_FAILURE(c.prepare(harness_));
+  }
   const v1::StatusResponse before = harness_.Status();
 
   const grpc::Status answer = c.send(harness_);
