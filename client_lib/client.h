@@ -156,12 +156,16 @@ class Client {
                           const std::vector<double>& task_seconds,
                           double sync_seconds = 0);
 
-  /// In-process mode: the data-parallel group of the whole world, for the
-  /// gradient all-reduce that closes a step (`Agent::DataParallelGroup`;
-  /// every rank calls it after the step's tasks; formed once per epoch), on
-  /// the same library as the tasks' groups. Owned by the client.
-  /// FAILED_PRECONDITION in sidecar mode (the agent's communicators live in
-  /// its process) and in a world of one.
+  /// In-process mode: the data-parallel group of the epoch's world (the
+  /// step's `RankStep.world_ranks`: after a shrink, the ranks not failed),
+  /// for the gradient all-reduce that closes a step
+  /// (`Agent::DataParallelGroup`; every member calls it after the step's
+  /// tasks; formed once per epoch, the earlier epochs' released once a step
+  /// of a later one is returned), on the same library as the tasks' groups.
+  /// Owned by the client. FAILED_PRECONDITION in sidecar mode (the agent's
+  /// communicators live in its process) and in a world of one. The trainer
+  /// keeps its model state across epochs itself (a returning rank needs
+  /// the others' weights: not done for it here).
   absl::StatusOr<Communicator*> DataParallelGroup();
 
   /// This client's global rank.

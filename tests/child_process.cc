@@ -305,6 +305,7 @@ ServingAgents StartServingAgents(const std::string& name,
                                      "--comm_backend=gloo"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
+    out.argv.push_back(std::move(argv));
   }
   return out;
 }

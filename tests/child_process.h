@@ -142,6 +142,8 @@ struct ServingAgents {
   /// Per rank, the socket's path.
   std::vector<std::string> sockets;
   std::vector<Child> agents;
+  /// Per rank, the command line it was started with (to start it again).
+  std::vector<std::vector<std::string>> argv;
 };
 
 /// Starts `dcp-agent --mode=serve` for ranks 0..world-1 of the scheduler at

@@ -39,9 +39,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/planner/plan.h"
-#include "scheduler/server/scheduler_server.h"
 #include "scheduler/planner/step_builder.h"
+#include "scheduler/server/scheduler_server.h"
 #include "tests/child_process.h"
+#include "tests/job_inputs.h"
 #include "tests/sidecar_trainers.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/model_executor.h"
@@ -57,6 +58,7 @@ using testing_process::Child;
 using testing_process::CtlStatus;
 using testing_process::Describe;
 using testing_process::ExpectAllExit;
+using testing_process::JobFlags;
 using testing_process::JsonNumber;
 using testing_process::KillAll;
 using testing_process::ReadFile;
@@ -125,17 +127,13 @@ std::string ModelJson(const ModelSpec& m) {
 std::vector<std::string> SchedulerFlags(
     const std::string& trace_path, const std::string& model_path, int world,
     int steps, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> flags = {
-      "--lengths=" + trace_path,
-      "--model_config=" + model_path,
-      absl::StrCat("--world_size=", world),
-      absl::StrCat("--gpus_per_node=", kGpusPerNode),
-      absl::StrCat("--window=", kWindow),
-      absl::StrCat("--tokens_per_step=", kTokensPerStep),
-      absl::StrCat("--seed=", kSeed),
-      absl::StrCat("--max_steps=", steps),
-      "--lookahead_steps=4",
-      "--refit_every=16"};
+  std::vector<std::string> flags =
+      JobFlags(trace_path, model_path,
+               {/*world_size=*/world, /*gpus_per_node=*/kGpusPerNode,
+                /*window=*/kWindow, /*tokens_per_step=*/kTokensPerStep,
+                /*max_steps=*/steps});
+  flags.insert(flags.end(), {absl::StrCat("--seed=", kSeed),
+                             "--lookahead_steps=4", "--refit_every=16"});
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
 }
@@ -497,10 +495,11 @@ TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
     FAIL() << "an agent failed:\n" << Describe(agents) << Describe(scheduler);
   }
 
-  // The grid: lengths {256, 1024, 4096} x recompute {0, 1} for p in
+  // The grid: lengths {256, 1024, 4096, 16384, 32768} (the default, to the
+  // window; the tiny model fits them all) x recompute {0, 1} for p in
   // {1, 2, 4} (the divisors of 8 heads and 4 ranks within a 4-GPU node);
   // each group's first rank reports it: 4 + 2 + 1 groups.
-  constexpr int kEntries = 3 * 2 * (4 + 2 + 1);
+  constexpr int kEntries = 5 * 2 * (4 + 2 + 1);
   const nlohmann::json status = CtlStatus("ctl-profile-status", address);
   ASSERT_FALSE(status.is_discarded());
   EXPECT_EQ(JsonNumber(status["completed_steps"]), kProfileSteps);
@@ -513,7 +512,8 @@ TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
   StopScheduler(address, scheduler);
   // Every rank answered before the timeout, and planning started after.
   const std::string log = ReadFile(scheduler[0].err_path);
-  const size_t profiled = log.find("profile done: 4 ranks answered, 42 ");
+  const size_t profiled = log.find(
+      absl::StrCat("profile done: 4 ranks answered, ", kEntries, " "));
   EXPECT_NE(profiled, std::string::npos) << log;
   const size_t first_step = log.find(" step 0 (");
   EXPECT_LT(profiled, first_step) << log;

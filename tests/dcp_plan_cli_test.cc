@@ -368,7 +368,7 @@ TEST(DcpBenchCliTest, ScenarioAJson) {
                        rows[0].value("ratio_to_lower_bound", -1.0));
       EXPECT_EQ(row["online_x_lower"].size(), 21u) << row.dump();
       for (const char* key : {"x_lower_prior", "x_lower_prior_profile",
-                              "x_lower_prior_window_profile"}) {
+                              "x_lower_prior_short_profile"}) {
         EXPECT_GE(row.value(key, 0.0), 1.0) << key << ": " << row.dump();
       }
       planners.insert("learned");

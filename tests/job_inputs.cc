@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/child_process.h"
 
 namespace dcp {
 namespace testing_process {
@@ -44,6 +45,33 @@ std::vector<int32_t> ParseTrace(const std::string& text) {
     }
   }
   return lengths;
+}
+
+std::vector<std::string> JobFlags(const std::string& trace_path,
+                                  const std::string& model_path,
+                                  const JobShape& shape) {
+  std::vector<std::string> flags = {
+      "--lengths=" + trace_path,
+      "--model_config=" + model_path,
+      absl::StrCat("--world_size=", shape.world_size),
+      absl::StrCat("--gpus_per_node=", shape.gpus_per_node),
+      absl::StrCat("--window=", shape.window),
+      absl::StrCat("--tokens_per_step=", shape.tokens_per_step)};
+  if (shape.max_steps > 0) {
+    flags.push_back(absl::StrCat("--max_steps=", shape.max_steps));
+  }
+  return flags;
+}
+
+std::vector<std::string> WriteJob(const std::string& name,
+                                  const std::string& trace,
+                                  const std::string& model_name,
+                                  const JobShape& shape) {
+  const std::string trace_path = TmpPath(name + "-trace.txt");
+  const std::string model_path = TmpPath(name + "-model.json");
+  EXPECT_TRUE(WriteFile(trace_path, trace)) << trace_path;
+  EXPECT_TRUE(WriteFile(model_path, TinyModelJson(model_name))) << model_path;
+  return JobFlags(trace_path, model_path, shape);
 }
 
 }  // namespace testing_process

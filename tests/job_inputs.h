@@ -38,6 +38,37 @@ int64_t SkewedLength(int d);
 /// the test and is left out).
 std::vector<int32_t> ParseTrace(const std::string& text);
 
+/// The size of a test job, as dcp-scheduler's flags say it.
+struct JobShape {
+  int world_size = 1;
+  int gpus_per_node = 1;
+  int64_t window = 4096;
+  int64_t tokens_per_step = 8192;
+  /// 0: no --max_steps (the scheduler plans on until it is stopped).
+  int64_t max_steps = 0;
+};
+
+/// dcp-scheduler's flags for a job of `shape` over the trace at
+/// `trace_path` and the model config at `model_path`: --lengths,
+/// --model_config, --world_size, --gpus_per_node, --window,
+/// --tokens_per_step and --max_steps. The test appends the rest.
+std::vector<std::string> JobFlags(const std::string& trace_path,
+                                  const std::string& model_path,
+                                  const JobShape& shape);
+
+/// Writes `trace` and `TinyModelJson(model_name)` to "<name>-trace.txt" and
+/// "<name>-model.json" under TEST_TMPDIR (a test failure when it cannot)
+/// and returns `JobFlags` over them.
+///
+///   std::vector<std::string> flags = WriteJob(
+///       "outage", LcgTrace(400, 11, 100, SkewedLength), "outage-tiny",
+///       {/*world_size=*/1, /*gpus_per_node=*/1, /*window=*/4096,
+///        /*tokens_per_step=*/8192, /*max_steps=*/6});
+std::vector<std::string> WriteJob(const std::string& name,
+                                  const std::string& trace,
+                                  const std::string& model_name,
+                                  const JobShape& shape);
+
 }  // namespace testing_process
 }  // namespace dcp
 

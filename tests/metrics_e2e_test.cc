@@ -30,6 +30,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -54,6 +55,7 @@ using testing_process::Binary;
 using testing_process::Child;
 using testing_process::ChildReaper;
 using testing_process::Describe;
+using testing_process::JobFlags;
 using testing_process::LcgTrace;
 using testing_process::ReadFile;
 using testing_process::Spawn;
@@ -212,15 +214,20 @@ class MetricsE2eTest : public ::testing::Test {
                           })));
     // 8 heads: every group size of a world of 2 divides them.
     ASSERT_TRUE(WriteFile(model_, TinyModelJson("tiny-metrics")));
-    scheduler_ = {Spawn(
-        "scheduler",
-        {Binary("scheduler/server/dcp-scheduler"), "--lengths=" + trace_,
-         "--model_config=" + model_, absl::StrCat("--world_size=", kWorld),
-         "--gpus_per_node=2", "--window=8192", "--tokens_per_step=16384",
-         "--lookahead_steps=2", "--refit_every=8", "--prior_weight=0.0001",
+    std::vector<std::string> argv = {Binary("scheduler/server/dcp-scheduler")};
+    for (std::string& flag :
+         JobFlags(trace_, model_,
+                  {/*world_size=*/kWorld, /*gpus_per_node=*/2, /*window=*/8192,
+                   /*tokens_per_step=*/16384, /*max_steps=*/0})) {
+      argv.push_back(std::move(flag));
+    }
+    argv.insert(
+        argv.end(),
+        {"--lookahead_steps=2", "--refit_every=8", "--prior_weight=0.0001",
          "--listen=127.0.0.1:0", "--port_file=" + TmpPath("scheduler.port"),
          "--metrics_listen=127.0.0.1:0",
-         "--metrics_port_file=" + TmpPath("scheduler.metrics_port")})};
+         "--metrics_port_file=" + TmpPath("scheduler.metrics_port")});
+    scheduler_ = {Spawn("scheduler", argv)};
     port_ = WaitForPortFile(TmpPath("scheduler.port"), scheduler_[0],
                             absl::Now() + kPatience);
     scheduler_metrics_ =

@@ -33,6 +33,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -62,7 +63,7 @@ using testing_process::ReadFile;
 using testing_process::RunToEnd;
 using testing_process::SkewedLength;
 using testing_process::Spawn;
-using testing_process::StartScheduler;
+using testing_process::StartSchedulerIncarnation;
 using testing_process::StopScheduler;
 using testing_process::TmpPath;
 using testing_process::WriteFile;
@@ -102,6 +103,16 @@ class RankFailureTest : public ::testing::Test {
 
   /// Starts the scheduler with `extra` flags, then the agents.
   void StartJob(const std::vector<std::string>& extra) {
+    const int port =
+        StartSchedulerIncarnation(prefix_ + "-scheduler", Flags(extra), 0,
+                                  scheduler_);
+    ASSERT_GT(port, 0);
+    address_ = absl::StrCat("127.0.0.1:", port);
+    for (int r = 0; r < kWorld; ++r) agents_.push_back(StartAgent(r, ""));
+  }
+
+  /// The job's scheduler flags, then `extra`.
+  std::vector<std::string> Flags(const std::vector<std::string>& extra) const {
     std::vector<std::string> flags = {
         "--lengths=" + TmpPath("trace.txt"),
         "--model_config=" + TmpPath("model.json"),
@@ -114,10 +125,7 @@ class RankFailureTest : public ::testing::Test {
         "--lookahead_steps=4",
         "--metrics_listen="};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    const int port = StartScheduler(prefix_ + "-scheduler", flags, scheduler_);
-    ASSERT_GT(port, 0);
-    address_ = absl::StrCat("127.0.0.1:", port);
-    for (int r = 0; r < kWorld; ++r) agents_.push_back(StartAgent(r, ""));
+    return flags;
   }
 
   Child StartAgent(int rank, const std::string& suffix) {
@@ -199,8 +207,9 @@ class RankFailureTest : public ::testing::Test {
     return found;
   }
 
-  void KillAgent(int rank) {
-    Child& child = agents_[rank];
+  void KillAgent(int rank) { Kill(agents_[rank]); }
+
+  static void Kill(Child& child) {
     ASSERT_EQ(kill(child.pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
@@ -298,6 +307,9 @@ class RankFailureTest : public ::testing::Test {
     }
   }
 
+  std::pair<int64_t, int64_t> KillVictimAndAwaitShrink();
+  void ExpectShrunkJobTrainedOnce(int64_t from, int64_t to);
+
   void TearDown() override {
     if (!address_.empty() && !scheduler_.empty() && !scheduler_[0].done) {
       StopScheduler(address_, scheduler_);
@@ -378,24 +390,11 @@ std::pair<int64_t, int64_t> AbandonedRange(const std::string& line) {
   return range;
 }
 
-TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
-  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
-  ASSERT_TRUE(AwaitOutput([] { return Ran(kVictim, kKillAfter); }))
-      << reaper_.Describe(4000);
-  KillAgent(kVictim);
-  const std::string line = AwaitSchedulerLine(
-      absl::StrCat("rank failure: ranks [", kVictim, "] failed"));
-  ASSERT_FALSE(line.empty()) << reaper_.Describe(4000);
-  EXPECT_TRUE(absl::StrContains(line, "shrink: epoch 1 on ranks [0,2,3]"))
-      << line;
-  std::fprintf(stderr, "%s\n", line.c_str());
-  const auto [from, to] = AbandonedRange(line);
-  ASSERT_GE(from, 0);
-  // The victim had steps planned that it never reported.
-  ASSERT_GT(to, from) << line;
+/// After a shrink that abandoned steps [from, to) and a finished job: the
+/// scheduler's status says so, and every sample of every job step was
+/// trained exactly once, the abandoned ones by the steps re-serving them.
+void RankFailureTest::ExpectShrunkJobTrainedOnce(int64_t from, int64_t to) {
   const int64_t abandoned = to - from;
-  ExpectAgentsFinish();
-
   const nlohmann::json done = CtlStatus("ctl-done", address_);
   EXPECT_EQ(JsonNumber(done["epoch"]), 1);
   EXPECT_EQ(JsonNumber(done["epoch_world_size"]), kWorld - 1);
@@ -441,6 +440,75 @@ TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
         << "): a sample skipped or trained twice";
   }
   EXPECT_EQ(ran.size(), trained.size()) << "a step ran that was not planned";
+}
+
+/// Kills the victim once it ran a few steps and waits for the scheduler's
+/// shrink to epoch 1 on the others; the steps [from, to) it abandoned
+/// ({-1, -1} and a failure when it did not come or abandoned none).
+std::pair<int64_t, int64_t> RankFailureTest::KillVictimAndAwaitShrink() {
+  const std::pair<int64_t, int64_t> none{-1, -1};
+  if (!AwaitOutput([] { return Ran(kVictim, kKillAfter); })) {
+    ADD_FAILURE() << "the victim ran no steps\n" << reaper_.Describe(4000);
+    return none;
+  }
+  KillAgent(kVictim);
+  const std::string line = AwaitSchedulerLine(
+      absl::StrCat("rank failure: ranks [", kVictim, "] failed"));
+  if (line.empty()) {
+    ADD_FAILURE() << "no shrink\n" << reaper_.Describe(4000);
+    return none;
+  }
+  EXPECT_TRUE(absl::StrContains(line, "shrink: epoch 1 on ranks [0,2,3]"))
+      << line;
+  std::fprintf(stderr, "%s\n", line.c_str());
+  const std::pair<int64_t, int64_t> range = AbandonedRange(line);
+  // The victim had steps planned that it never reported.
+  if (range.first < 0 || range.second <= range.first) {
+    ADD_FAILURE() << "no step abandoned: " << line;
+    return none;
+  }
+  return range;
+}
+
+TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
+  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
+  const auto [from, to] = KillVictimAndAwaitShrink();
+  ASSERT_GE(from, 0);
+  ExpectAgentsFinish();
+  ExpectShrunkJobTrainedOnce(from, to);
+}
+
+TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
+  const std::vector<std::string> flags =
+      Flags({"--rank_timeout=2s", "--on_rank_failure=shrink",
+             "--state_dir=" + TmpPath(prefix_ + "-state")});
+  const int port =
+      StartSchedulerIncarnation(prefix_ + "-scheduler", flags, 0, scheduler_);
+  ASSERT_GT(port, 0);
+  address_ = absl::StrCat("127.0.0.1:", port);
+  for (int r = 0; r < kWorld; ++r) agents_.push_back(StartAgent(r, ""));
+  const auto [from, to] = KillVictimAndAwaitShrink();
+  ASSERT_GE(from, 0);
+
+  // Right after the shrink the scheduler dies too, and comes back on its
+  // state: the same epoch, world and abandoned steps.
+  Kill(scheduler_[0]);
+  ASSERT_GT(StartSchedulerIncarnation(prefix_ + "-scheduler-again", flags,
+                                      port, scheduler_),
+            0);
+  const nlohmann::json resumed = CtlStatus("ctl-resumed", address_);
+  EXPECT_EQ(JsonNumber(resumed["epoch"]), 1);
+  EXPECT_EQ(JsonNumber(resumed["epoch_world_size"]), kWorld - 1);
+  EXPECT_EQ(JsonNumber(resumed["abandoned_steps"]), to - from);
+  EXPECT_FALSE(resumed["ranks"][kVictim].value("member", true));
+  const std::string log = ReadFile(scheduler_[1].err_path);
+  EXPECT_TRUE(absl::StrContains(log, "resum")) << log;
+
+  ExpectAgentsFinish();
+  ExpectShrunkJobTrainedOnce(from, to);
+  std::vector<Child> last = {scheduler_.back()};
+  StopScheduler(address_, last);
+  scheduler_.back() = last.front();
 }
 
 TEST_F(RankFailureTest, AnAgentBackBeforeTheTimeoutRejoinsAtAStepBoundary) {

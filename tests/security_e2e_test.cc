@@ -36,26 +36,24 @@ using testing_process::RunToEnd;
 using testing_process::Spawn;
 using testing_process::StartScheduler;
 using testing_process::TestPki;
-using testing_process::TinyModelJson;
 using testing_process::TmpPath;
 using testing_process::WaitForPortFile;
-using testing_process::WriteFile;
+using testing_process::WriteJob;
 
 constexpr int kWorld = 2;
 constexpr int kSteps = 3;
 constexpr char kJob[] = "e2e-job";
 
 std::vector<std::string> JobFlags(const std::string& name) {
-  const std::string trace = TmpPath(name + "-trace.txt");
-  const std::string model = TmpPath(name + "-model.json");
-  EXPECT_TRUE(WriteFile(trace, LcgTrace(200, 7, 100, [](int d) {
-                          return d < 90 ? 64 + 8 * d : 4000 + 40 * d;
-                        })));
-  EXPECT_TRUE(WriteFile(model, TinyModelJson("tiny-security")));
-  return {"--lengths=" + trace,        "--model_config=" + model,
-          absl::StrCat("--world_size=", kWorld), "--gpus_per_node=2",
-          "--window=8192",             "--tokens_per_step=16384",
-          absl::StrCat("--max_steps=", kSteps),  "--metrics_listen="};
+  std::vector<std::string> flags = WriteJob(
+      name,
+      LcgTrace(200, 7, 100,
+               [](int d) { return d < 90 ? 64 + 8 * d : 4000 + 40 * d; }),
+      "tiny-security",
+      {/*world_size=*/kWorld, /*gpus_per_node=*/2, /*window=*/8192,
+       /*tokens_per_step=*/16384, /*max_steps=*/kSteps});
+  flags.push_back("--metrics_listen=");
+  return flags;
 }
 
 /// Runs `argv` to its end; its exit code (-1 when it had to be killed) and

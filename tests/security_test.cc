@@ -314,6 +314,27 @@ std::map<std::string, MethodCall> EveryMethod() {
     stream->WritesDone();
     return stream->Finish();
   };
+  calls["StreamNodePlans"] = [](Stub& stub, const std::string& session) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    v1::NodePlansRequest request;
+    request.add_ranks()->set_session_id(session);
+    auto reader = stub.StreamNodePlans(&context, request);
+    v1::NodePlanUpdate update;
+    if (reader->Read(&update)) {
+      context.TryCancel();
+      reader->Finish().ok();
+      return grpc::Status::OK;
+    }
+    return reader->Finish();
+  };
+  calls["StreamNodeReports"] = [](Stub& stub, const std::string&) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    auto stream = stub.StreamNodeReports(&context);
+    stream->WritesDone();
+    return stream->Finish();
+  };
   calls["ReportTimings"] = Unary(&Stub::ReportTimings);
   calls["ReportProfile"] = Unary(&Stub::ReportProfile);
   calls["StoreSet"] = Unary(&Stub::StoreSet);

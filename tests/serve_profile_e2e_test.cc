@@ -48,32 +48,28 @@ using testing_process::Spawn;
 using testing_process::StartScheduler;
 using testing_process::StartServingAgents;
 using testing_process::StopScheduler;
-using testing_process::TinyModelJson;
 using testing_process::TmpPath;
-using testing_process::WriteFile;
+using testing_process::WriteJob;
 
 constexpr int kGpusPerNode = 4;
 
 std::vector<std::string> SchedulerFlags(const std::string& name, int world,
                                         int steps, const std::string& timeout) {
-  const std::string trace_path = TmpPath(name + "-trace.txt");
-  const std::string model_path = TmpPath(name + "-model.json");
   // A skewed trace: mostly short samples, every tenth long enough to be
-  // split over a group.
-  EXPECT_TRUE(WriteFile(trace_path, LcgTrace(400, 99, 1000, [](int d) {
-                          return d < 900 ? 64 + 2 * d : 8000 + 20 * d;
-                        })));
-  // 8 heads, so groups of 1, 2 and 4 ranks.
-  EXPECT_TRUE(WriteFile(model_path, TinyModelJson("tiny-serve")));
-  return {"--lengths=" + trace_path, "--model_config=" + model_path,
-          absl::StrCat("--world_size=", world),
-          absl::StrCat("--gpus_per_node=", kGpusPerNode), "--window=32768",
-          "--tokens_per_step=65536", absl::StrCat("--max_steps=", steps),
-          "--lookahead_steps=2",
-          // Timings never refit (too few for refit_every): any refit comes
-          // from the profile.
-          "--refit_every=100000", "--profile_at_start",
-          "--profile_timeout=" + timeout};
+  // split over a group; a model of 8 heads, so groups of 1, 2 and 4 ranks.
+  std::vector<std::string> flags = WriteJob(
+      name,
+      LcgTrace(400, 99, 1000,
+               [](int d) { return d < 900 ? 64 + 2 * d : 8000 + 20 * d; }),
+      "tiny-serve",
+      {/*world_size=*/world, /*gpus_per_node=*/kGpusPerNode,
+       /*window=*/32768, /*tokens_per_step=*/65536, /*max_steps=*/steps});
+  flags.insert(flags.end(), {"--lookahead_steps=2",
+                             // Timings never refit (too few for refit_every):
+                             // any refit comes from the profile.
+                             "--refit_every=100000", "--profile_at_start",
+                             "--profile_timeout=" + timeout});
+  return flags;
 }
 
 /// Serve-mode agents for ranks 0..world-1. An agent whose trainer is
@@ -141,10 +137,11 @@ TEST(ServeProfileE2eTest, ServingAgentsAnswerTheProfileBeforeStepZero) {
     EXPECT_EQ(serving.agents[r].exit_code, 0) << Describe(serving.agents);
   }
 
-  // The grid: lengths {256, 1024, 4096} x recompute {0, 1} for p in
+  // The grid: lengths {256, 1024, 4096, 16384, 32768} (the default, to the
+  // window; the tiny model fits them all) x recompute {0, 1} for p in
   // {1, 2, 4} (the divisors of 8 heads and 4 ranks within a 4-GPU node);
   // each group's first rank reports it: 4 + 2 + 1 groups.
-  constexpr int kEntries = 3 * 2 * (4 + 2 + 1);
+  constexpr int kEntries = 5 * 2 * (4 + 2 + 1);
   int profiled = 0;
   for (int r = 0; r < kWorld; ++r) {
     const std::string err = ReadFile(serving.agents[r].err_path);

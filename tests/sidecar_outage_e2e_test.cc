@@ -14,6 +14,15 @@
 // order, and every step completed at the scheduler, the one reported during
 // the outage included (without it the scheduler could not plan past its
 // look-ahead).
+//
+// The second test makes that report outlive the agent: the agent has
+// --report_spool_dir; with the scheduler SIGKILLed the trainer reports a
+// step (kept, and written to the spool before the trainer is answered),
+// then the agent is SIGKILLed too. The scheduler and the agent start
+// again (same port, state and spool); the agent says it has one spooled
+// report, delivers it, and the same trainer runs the job to its end: every
+// step once, every step completed at the scheduler, none counted twice,
+// and the spool back to its bare header.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -49,15 +58,15 @@ using testing_process::Describe;
 using testing_process::FileActivity;
 using testing_process::JsonNumber;
 using testing_process::LcgTrace;
+using testing_process::Poll;
 using testing_process::ReadFile;
 using testing_process::ServingAgents;
 using testing_process::Spawn;
 using testing_process::StartSchedulerIncarnation;
 using testing_process::StartServingAgents;
 using testing_process::StopScheduler;
-using testing_process::TinyModelJson;
 using testing_process::TmpPath;
-using testing_process::WriteFile;
+using testing_process::WriteJob;
 
 constexpr int kSteps = 6;
 /// The agent's default max_reconnect_attempts: failing more than this many
@@ -66,24 +75,59 @@ constexpr int kAttempts = 8;
 constexpr absl::Duration kBackoffCap = absl::Milliseconds(200);
 constexpr absl::Duration kPatience = absl::Seconds(60);
 
-struct Job {
-  std::string trace_path;
-  std::string model_path;
-  std::string state_dir;
+/// dcp-scheduler's flags for a job of one rank and kSteps steps whose
+/// inputs and --state_dir are under TEST_TMPDIR, named after `name`: every
+/// incarnation of the job's scheduler gets the same.
+std::vector<std::string> SchedulerFlags(const std::string& name) {
+  std::vector<std::string> flags =
+      WriteJob(name, LcgTrace(400, 11, 100, [](int d) { return 64 + 30 * d; }),
+               name + "-tiny",
+               {/*world_size=*/1, /*gpus_per_node=*/1, /*window=*/4096,
+                /*tokens_per_step=*/8192, /*max_steps=*/kSteps});
+  flags.insert(flags.end(), {"--lookahead_steps=2", "--metrics_listen=",
+                             "--state_dir=" + TmpPath(name + "-state")});
+  return flags;
+}
 
-  std::vector<std::string> SchedulerFlags() const {
-    return {"--lengths=" + trace_path,
-            "--model_config=" + model_path,
-            "--world_size=1",
-            "--gpus_per_node=1",
-            "--window=4096",
-            "--tokens_per_step=8192",
-            absl::StrCat("--max_steps=", kSteps),
-            "--lookahead_steps=2",
-            "--metrics_listen=",
-            "--state_dir=" + state_dir};
-  }
-};
+/// The agent flags both tests share: reconnections at most kBackoffCap
+/// apart, and an outage long enough never to give up in them.
+std::vector<std::string> AgentFlags() {
+  return {absl::StrCat("--max_backoff=", absl::FormatDuration(kBackoffCap)),
+          "--max_outage=10m"};
+}
+
+/// A sidecar trainer of rank 0 on `socket`; null and a failure when it
+/// cannot connect.
+std::unique_ptr<Client> ConnectTrainer(const std::string& socket) {
+  ClientOptions options;
+  options.mode = ClientOptions::Mode::kSidecar;
+  options.agent_socket = socket;
+  options.rank = 0;
+  options.rpc_timeout = kPatience;
+  options.step_timeout = kPatience;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+absl::Status ReportStep(Client& client, const Step& step) {
+  return client.ReportStep(step, std::vector<double>(step.tasks.size(), 0.01),
+                           0.001);
+}
+
+/// SIGKILLs `child` and reaps it.
+void KillNow(Child& child) {
+  ASSERT_EQ(kill(child.pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(child.pid, nullptr, 0), child.pid);
+  child.done = true;
+}
+
+/// Steps 0 .. kSteps - 1: what the trainer must have run, each once.
+std::vector<int64_t> AllSteps() {
+  std::vector<int64_t> steps;
+  for (int64_t s = 0; s < kSteps; ++s) steps.push_back(s);
+  return steps;
+}
 
 /// The highest reconnection the agent's log says failed (0: none).
 int FailedReconnections(const Child& agent) {
@@ -103,43 +147,24 @@ int FailedReconnections(const Child& agent) {
 }
 
 TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
-  Job job;
-  job.trace_path = TmpPath("trace.txt");
-  job.model_path = TmpPath("model.json");
-  job.state_dir = TmpPath("state");
-  ASSERT_TRUE(WriteFile(job.trace_path, LcgTrace(400, 11, 100, [](int d) {
-                          return 64 + 30 * d;
-                        })));
-  ASSERT_TRUE(WriteFile(job.model_path, TinyModelJson("outage-tiny")));
+  const std::vector<std::string> scheduler_flags = SchedulerFlags("outage");
   std::vector<Child> first;
   std::vector<Child> second;
   ServingAgents serving;
   ChildReaper reaper({&first, &second, &serving.agents});
-  const int port = StartSchedulerIncarnation(
-      "scheduler-1", job.SchedulerFlags(), 0, first);
+  const int port =
+      StartSchedulerIncarnation("scheduler-1", scheduler_flags, 0, first);
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  serving = StartServingAgents(
-      "outage", address, 1,
-      {absl::StrCat("--max_backoff=", absl::FormatDuration(kBackoffCap)),
-       "--max_outage=10m"});
+  serving = StartServingAgents("outage", address, 1, AgentFlags());
   ASSERT_FALSE(serving.dir.empty());
 
-  ClientOptions options;
-  options.mode = ClientOptions::Mode::kSidecar;
-  options.agent_socket = serving.sockets[0];
-  options.rank = 0;
-  options.rpc_timeout = kPatience;
-  options.step_timeout = kPatience;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status();
+  std::unique_ptr<Client> client = ConnectTrainer(serving.sockets[0]);
+  ASSERT_NE(client, nullptr);
   std::vector<int64_t> steps;
-  auto report = [&](const Step& step) {
-    return (*client)->ReportStep(
-        step, std::vector<double>(step.tasks.size(), 0.01), 0.001);
-  };
+  auto report = [&](const Step& step) { return ReportStep(*client, step); };
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<Step> step = (*client)->NextStep();
+    absl::StatusOr<Step> step = client->NextStep();
     ASSERT_TRUE(step.ok()) << step.status();
     ASSERT_FALSE(step->drained);
     steps.push_back(step->step);
@@ -148,9 +173,7 @@ TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
     }
     if (i == 1) {
       // The outage begins with the second step not yet reported.
-      ASSERT_EQ(kill(first[0].pid, SIGKILL), 0);
-      ASSERT_EQ(waitpid(first[0].pid, nullptr, 0), first[0].pid);
-      first[0].done = true;
+      KillNow(first[0]);
       const absl::Status kept = report(*step);
       EXPECT_TRUE(kept.ok()) << "a report during the outage: " << kept;
     }
@@ -166,7 +189,7 @@ TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
   std::vector<int64_t> later;
   std::thread trainer([&] {
     while (true) {
-      absl::StatusOr<Step> step = (*client)->NextStep();
+      absl::StatusOr<Step> step = client->NextStep();
       absl::Status reported;
       if (step.ok() && !step->drained) reported = report(*step);
       absl::MutexLock lock(&mu);
@@ -199,21 +222,97 @@ TEST(SidecarOutageE2eTest, ALongSchedulerOutageIsAPauseToTheTrainer) {
   EXPECT_FALSE(
       absl::StrContains(ReadFile(serving.agents[0].err_path), "gave up"));
 
-  ASSERT_GT(StartSchedulerIncarnation("scheduler-2", job.SchedulerFlags(), port,
-                                      second),
-            0);
+  ASSERT_GT(
+      StartSchedulerIncarnation("scheduler-2", scheduler_flags, port, second),
+      0);
   trainer.join();
   EXPECT_TRUE(errors.empty()) << errors.front();
   steps.insert(steps.end(), later.begin(), later.end());
-  std::vector<int64_t> expected;
-  for (int64_t s = 0; s < kSteps; ++s) expected.push_back(s);
-  EXPECT_EQ(steps, expected);
+  EXPECT_EQ(steps, AllSteps());
   const nlohmann::json status = CtlStatus("ctl-status", address);
   ASSERT_FALSE(status.is_discarded());
   EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
   testing_process::ExpectAllExit(serving.agents, absl::Now() + kPatience,
                                  "the agent did not exit after the drain");
   EXPECT_EQ(serving.agents[0].exit_code, 0) << Describe(serving.agents);
+  StopScheduler(address, second);
+  rmdir(serving.dir.c_str());
+}
+
+TEST(SidecarOutageE2eTest, ASpooledReportOutlivesTheAgent) {
+  const std::vector<std::string> scheduler_flags = SchedulerFlags("spool");
+  const std::string spool_dir = TmpPath("spool");
+  const std::string spool_file = spool_dir + "/reports-rank0.spool";
+  std::vector<Child> first;
+  std::vector<Child> second;
+  std::vector<Child> agent_again;
+  ServingAgents serving;
+  ChildReaper reaper({&first, &second, &serving.agents, &agent_again});
+  const int port =
+      StartSchedulerIncarnation("spool-scheduler-1", scheduler_flags, 0, first);
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::vector<std::string> flags = AgentFlags();
+  flags.push_back("--report_spool_dir=" + spool_dir);
+  serving = StartServingAgents("spool", address, 1, flags);
+  ASSERT_FALSE(serving.dir.empty());
+
+  std::unique_ptr<Client> client = ConnectTrainer(serving.sockets[0]);
+  ASSERT_NE(client, nullptr);
+  std::vector<int64_t> steps;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<Step> step = client->NextStep();
+    ASSERT_TRUE(step.ok()) << step.status();
+    ASSERT_FALSE(step->drained);
+    steps.push_back(step->step);
+    // The second step's report finds the scheduler gone: the agent keeps
+    // it, in the spool before it answers.
+    if (i == 1) KillNow(first[0]);
+    const absl::Status reported = ReportStep(*client, *step);
+    ASSERT_TRUE(reported.ok()) << "step " << step->step << ": " << reported;
+  }
+  EXPECT_GT(ReadFile(spool_file).size(), std::string("DCPSPOOL").size())
+      << "the kept report is not in the spool";
+  KillNow(serving.agents[0]);
+
+  ASSERT_GT(StartSchedulerIncarnation("spool-scheduler-2", scheduler_flags,
+                                      port, second),
+            0);
+  {
+    FileActivity activity({TmpPath("")});
+    agent_again.push_back(Spawn("spool-agent-0-again", serving.argv[0]));
+    const absl::Time deadline = absl::Now() + kPatience;
+    while (
+        !absl::StrContains(ReadFile(agent_again[0].err_path), "serving on")) {
+      ASSERT_TRUE(activity.Await(deadline) && !Poll(agent_again[0]))
+          << "the agent did not serve again: " << Describe(agent_again);
+    }
+  }
+  EXPECT_TRUE(absl::StrContains(ReadFile(agent_again[0].err_path),
+                                "1 spooled reports to deliver first"))
+      << Describe(agent_again);
+  // The same trainer goes on after its agent came back: without the
+  // spooled report the scheduler could not complete step 1, nor plan past
+  // its look-ahead, and NextStep would time out here.
+  while (true) {
+    absl::StatusOr<Step> step = client->NextStep();
+    ASSERT_TRUE(step.ok()) << step.status() << Describe(agent_again);
+    if (step->drained) break;
+    steps.push_back(step->step);
+    const absl::Status reported = ReportStep(*client, *step);
+    ASSERT_TRUE(reported.ok()) << "step " << step->step << ": " << reported;
+  }
+  EXPECT_EQ(steps, AllSteps());
+  const nlohmann::json status = CtlStatus("spool-ctl-status", address);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(JsonNumber(status["completed_steps"]), kSteps);
+  // One report a step at most, the spooled one included: a second copy
+  // would be ALREADY_EXISTS, not counted.
+  EXPECT_LE(JsonNumber(status["timing_reports"]), kSteps);
+  testing_process::ExpectAllExit(agent_again, absl::Now() + kPatience,
+                                 "the agent did not exit after the drain");
+  EXPECT_EQ(agent_again[0].exit_code, 0) << Describe(agent_again);
+  EXPECT_EQ(ReadFile(spool_file), "DCPSPOOL") << "a report left unsettled";
   StopScheduler(address, second);
   rmdir(serving.dir.c_str());
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "c10/util/Exception.h"
 #include "gloo/common/error.h"
@@ -208,15 +209,20 @@ absl::StatusOr<std::unique_ptr<ProcessGroups::Group>> ProcessGroups::Form(
   const std::string where =
       absl::StrCat(absl::StripSuffix(prefix, "/"), "/c10d");
   C10dRendezvousStore::Options store_options;
-  store_options.timeout = options_.timeout;
-  store_options.deadline = options_.clock->Now() + options_.timeout;
+  const absl::Duration formation =
+      key.purpose == CommPurpose::kDataParallel &&
+              options_.dp_timeout > absl::ZeroDuration()
+          ? options_.dp_timeout
+          : options_.timeout;
+  store_options.timeout = formation;
+  store_options.deadline = options_.clock->Now() + formation;
   store_options.clock = options_.clock;
   absl::StatusOr<c10::intrusive_ptr<C10dRendezvousStore>> store =
       C10dRendezvousStore::Create(store_, store_options);
   if (!store.ok()) return store.status();
 
   auto gloo_options =
-      c10d::ProcessGroupGloo::Options::create(ToMillis(options_.timeout));
+      c10d::ProcessGroupGloo::Options::create(ToMillis(formation));
   gloo_options->devices = {device_->device};
   gloo_options->threads = options_.threads;
   auto group = std::make_unique<Group>();
@@ -246,6 +252,16 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::DataParallel(
   }
   std::vector<int> ranks(world_size);
   std::iota(ranks.begin(), ranks.end(), 0);
+  return DataParallel(std::move(ranks), epoch, prefix);
+}
+
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::DataParallel(
+    std::vector<int> ranks, int64_t epoch, const std::string& prefix) {
+  if (!std::is_sorted(ranks.begin(), ranks.end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data-parallel group [", absl::StrJoin(ranks, ","),
+                     "]: its ranks are not ascending"));
+  }
   absl::StatusOr<CommKey> key =
       CommKey::Make(std::move(ranks), epoch, CommPurpose::kDataParallel);
   if (!key.ok()) return key.status();
@@ -267,6 +283,7 @@ int ProcessGroups::EvictBefore(int64_t epoch) {
     min_epoch_ = std::max(min_epoch_, epoch);
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->first.epoch < epoch && !it->second.forming) {
+        it->second.group->process_group->Abort();
         evicted.push_back(std::move(it->second.group));
         entries_.erase(it++);
       } else {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -69,6 +70,13 @@ class ProcessGroups {
     /// Bound on forming a group and on each of its collectives
     /// (ProcessGroupGloo's timeout). Positive.
     absl::Duration timeout = absl::Seconds(60);
+    /// `timeout` of the data-parallel groups (`DataParallel`): forming
+    /// one and each of its collectives; zero: `timeout`. Longer than
+    /// `timeout` where members may arrive late: the survivors of a failed
+    /// peer reach the new world's group each when its own waits on the
+    /// dead peer ended (a task group's formation and connection, up to
+    /// `timeout` each; a dead peer's connections fail at once).
+    absl::Duration dp_timeout = absl::ZeroDuration();
     /// Worker threads of each ProcessGroupGloo. At least 1.
     int threads = 2;
     /// What formation deadlines are measured on; null: the system clock.
@@ -114,13 +122,20 @@ class ProcessGroups {
   absl::StatusOr<c10d::ProcessGroup*> DataParallel(int world_size,
                                                    int64_t epoch,
                                                    const std::string& prefix);
+  /// The same over the global ranks `ranks` (an epoch's world after a
+  /// shrink: strictly ascending, this rank among them); a member's rank in
+  /// the group is its index in `ranks`.
+  absl::StatusOr<c10d::ProcessGroup*> DataParallel(std::vector<int> ranks,
+                                                   int64_t epoch,
+                                                   const std::string& prefix);
 
   /// Closes the connections of every group held and refuses further Gets.
   void AbortAll();
 
-  /// Destroys the groups of epochs before `epoch` and refuses those epochs
-  /// from now on; returns how many it destroyed. The caller must not be
-  /// running collectives on them.
+  /// Aborts and destroys the groups of epochs before `epoch` (a group whose
+  /// peer died closes its connections instead of waiting on it) and refuses
+  /// those epochs from now on; returns how many it destroyed. The caller
+  /// must not be running collectives on them.
   int EvictBefore(int64_t epoch);
 
   /// Groups held (formed), and formations under way.

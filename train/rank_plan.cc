@@ -197,6 +197,34 @@ absl::StatusOr<RankPlan> Build(int64_t epoch, int64_t step, int rank,
   return plan;
 }
 
+// The view's epoch world, when it names one: ascending, holding the rank and
+// every rank of its tasks.
+absl::Status CheckWorldRanks(const v1::RankStep& step, const PlanError& error) {
+  const auto& world = step.world_ranks();
+  if (world.empty()) return absl::OkStatus();
+  if (!StrictlyAscending(world) || world[0] < 0) {
+    return error.Step("world_ranks [", absl::StrJoin(world, ","),
+                      "] are not non-negative and strictly ascending");
+  }
+  auto in_world = [&world](int r) {
+    return std::binary_search(world.begin(), world.end(), r);
+  };
+  if (!in_world(step.rank())) {
+    return error.Step("the rank is not in the epoch's world [",
+                      absl::StrJoin(world, ","), "]");
+  }
+  for (const v1::Task& task : step.tasks()) {
+    for (int r : task.ranks()) {
+      if (!in_world(r)) {
+        return error.Task(task.task_index(), "rank ", r,
+                          " is not in the epoch's world [",
+                          absl::StrJoin(world, ","), "]");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 PackShard ShardOfPack(int64_t total_tokens, int group_size, int group_rank) {
@@ -242,8 +270,16 @@ absl::StatusOr<RankPlan> RankPlanFromRankStep(const v1::RankStep& step) {
   std::vector<const v1::Task*> tasks;
   tasks.reserve(step.tasks_size());
   for (const v1::Task& task : step.tasks()) tasks.push_back(&task);
-  return Build(step.epoch(), step.step(), step.rank(), step.total_tokens(),
-               tasks, *groups, error);
+  if (absl::Status s = CheckWorldRanks(step, error); !s.ok()) return s;
+  absl::StatusOr<RankPlan> plan = Build(step.epoch(), step.step(), step.rank(),
+                                        step.total_tokens(), tasks, *groups,
+                                        error);
+  if (plan.ok()) {
+    plan->world_ranks.assign(step.world_ranks().begin(),
+                             step.world_ranks().end());
+    if (step.has_abandoned_from()) plan->abandoned_from = step.abandoned_from();
+  }
+  return plan;
 }
 
 RankPlan ScaledRankPlan(const RankPlan& plan, int64_t token_scale) {

@@ -2,6 +2,7 @@
 #define DCP_TRAIN_RANK_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,12 @@ struct RankPlan {
   /// when the rank sits the step out; it still joins the data-parallel
   /// gradient sync.
   std::vector<RankTask> tasks;
+  /// RankStep.world_ranks: the epoch's world, ascending, this rank among
+  /// them; empty when the plan does not say (every rank of the job's world).
+  std::vector<int> world_ranks;
+  /// RankStep.abandoned_from: the first step of the earlier epochs that a
+  /// shrink abandoned, in the steps of the epoch it began; unset otherwise.
+  std::optional<int64_t> abandoned_from;
 };
 
 /// Turns a step's plan into what rank `rank` runs. A plan the rank cannot
@@ -87,7 +94,9 @@ absl::StatusOr<RankPlan> RankPlanFromStep(const v1::StepPlan& plan, int rank);
 /// every task must name `step.rank()`, and its tasks must come in
 /// micro-step order (ascending task_index; micro_steps, when present, equal
 /// to the position). The groups the tasks refer to must be in
-/// `step.groups()`.
+/// `step.groups()`. Its `world_ranks`, when present, must be strictly
+/// ascending, non-negative and hold `step.rank()`, and every task's ranks
+/// must be among them.
 absl::StatusOr<RankPlan> RankPlanFromRankStep(const v1::RankStep& step);
 
 /// `plan` with every sample `token_scale` times shorter (ceil(L / k), at

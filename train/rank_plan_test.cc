@@ -324,6 +324,51 @@ TEST(RankPlanTest, RejectsAGroupWithOtherRanks) {
   ExpectRejected(RankPlanFromStep(plan, 0), 0, 0, "differ from those of group");
 }
 
+// A plan of a shrunk epoch: ranks 0, 2 and 3 of a job of four, rank 1 left
+// out.
+v1::StepPlan ShrunkPlan() {
+  v1::StepPlan plan;
+  plan.set_epoch(1);
+  plan.set_step(7);
+  AddTask(plan, {0, 2}, {20, 21}, {6, 2}, 1, {0, 0});
+  AddTask(plan, {3}, {22}, {4}, 0, {0});
+  AddGroup(plan, 1, {0, 2}, "sess/e1/g0-2");
+  plan.set_total_tokens(12);
+  return plan;
+}
+
+v1::RankStep ShrunkView(int rank) {
+  v1::RankStep view = RankViewOf(ShrunkPlan(), rank);
+  for (int r : {0, 2, 3}) view.add_world_ranks(r);
+  return view;
+}
+
+TEST(RankPlanTest, CarriesTheEpochsWorld) {
+  absl::StatusOr<RankPlan> got = RankPlanFromRankStep(ShrunkView(3));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->world_ranks, ElementsAre(0, 2, 3));
+  // A view that does not say is of the whole world.
+  absl::StatusOr<RankPlan> whole =
+      RankPlanFromRankStep(RankViewOf(ShrunkPlan(), 3));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_THAT(whole->world_ranks, IsEmpty());
+}
+
+TEST(RankPlanTest, RejectsAWorldWithoutTheRankOrItsTasksRanks) {
+  v1::RankStep unsorted = ShrunkView(0);
+  unsorted.mutable_world_ranks()->SwapElements(0, 1);
+  EXPECT_THAT(RankPlanFromRankStep(unsorted).status().message(),
+              HasSubstr("world_ranks [2,0,3] are not non-negative"));
+  v1::RankStep outside = ShrunkView(0);
+  outside.set_rank(1);
+  EXPECT_THAT(RankPlanFromRankStep(outside).status().message(),
+              HasSubstr("the rank is not in the epoch's world [0,2,3]"));
+  v1::RankStep task_outside = ShrunkView(0);
+  task_outside.mutable_tasks(0)->set_ranks(1, 1);
+  ExpectRejected(RankPlanFromRankStep(task_outside), 0, 0,
+                 "rank 1 is not in the epoch's world [0,2,3]");
+}
+
 TEST(RankPlanTest, RejectsNonPositiveLengthsAndBadRecompute) {
   v1::StepPlan plan = ThreeTaskPlan();
   plan.mutable_tasks(1)->set_lengths(0, 0);

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <tuple>
 #include <utility>
 
@@ -81,6 +83,22 @@ absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
       return absl::DeadlineExceededError(message);
     }
     return absl::UnavailableError(message);
+  }
+  return absl::OkStatus();
+}
+
+// A broadcast of `tensor` (in place) from group rank `root` over the world.
+absl::Status Broadcast(c10d::ProcessGroup& world, at::Tensor& tensor, int root,
+                       const char* what) {
+  std::vector<at::Tensor> tensors = {tensor};
+  try {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    world.broadcast(tensors, options)->wait();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " from rank ", root, " of the data-parallel world of ",
+                     world.getSize(), " ranks failed: ", ExceptionText(e)));
   }
   return absl::OkStatus();
 }
@@ -217,13 +235,160 @@ absl::StatusOr<StepStats> RankTrainer::Step(const RankPlan& plan,
         absl::StrCat(Where(plan), ": the plan is for rank ", plan.rank,
                      ", this trainer is rank ", options_.rank));
   }
-  if (options_.world_size == 1) return RunStep(plan, nullptr, options);
+  ASSIGN_OR_RETURN(std::vector<int> members, WorldOf(plan));
+  if (plan.epoch != synced_epoch_ && plan.abandoned_from.has_value()) {
+    absl::Status back = RollBack(*plan.abandoned_from);
+    if (!back.ok()) return Annotate(back, Where(plan));
+  }
+  Saved before;
+  if (options_.history > 0) before = Saved{plan.step, StateTensors()};
+  absl::StatusOr<StepStats> stats =
+      StepInWorld(plan, std::move(members), options);
+  if (!stats.ok()) return stats;
+  if (options_.history == 0) forgotten_through_ = plan.step;
+  if (options_.history > 0) history_.push_back(std::move(before));
+  if (history_.size() > static_cast<size_t>(options_.history)) {
+    forgotten_through_ = history_.front().step;
+    history_.pop_front();
+  }
+  return stats;
+}
+
+absl::StatusOr<StepStats> RankTrainer::StepInWorld(const RankPlan& plan,
+                                                   std::vector<int> members,
+                                                   const StepOptions& options) {
+  if (members.size() == 1) {
+    synced_epoch_ = plan.epoch;
+    const std::string start = WeightsDigest();
+    absl::StatusOr<StepStats> stats = RunStep(plan, nullptr, options);
+    if (stats.ok()) stats->start_digest = start;
+    return stats;
+  }
   absl::StatusOr<c10d::ProcessGroup*> world = groups_->DataParallel(
-      options_.world_size, plan.epoch,
+      std::move(members), plan.epoch,
       absl::StrCat(options_.session_id, "/e", plan.epoch, "/dp"));
   if (!world.ok()) return Annotate(world.status(), Where(plan));
+  if (plan.epoch != synced_epoch_) {
+    absl::Status synced = SyncState(**world);
+    if (!synced.ok()) return Annotate(synced, Where(plan));
+    synced_epoch_ = plan.epoch;
+  }
   RETURN_IF_ERROR(FormTaskGroups(plan));
-  return RunStep(plan, *world, options);
+  const std::string start = WeightsDigest();
+  absl::StatusOr<StepStats> stats = RunStep(plan, *world, options);
+  if (stats.ok()) stats->start_digest = start;
+  return stats;
+}
+
+absl::Status RankTrainer::RollBack(int64_t abandoned_from) {
+  auto first = std::find_if(
+      history_.begin(), history_.end(),
+      [abandoned_from](const Saved& s) { return s.step >= abandoned_from; });
+  if (first == history_.end()) {
+    if (forgotten_through_ < abandoned_from) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", forgotten_through_, " was abandoned after this rank applied "
+        "it, and its state before is no longer kept (the last ",
+        options_.history, " steps' are)"));
+  }
+  if (first == history_.begin() && forgotten_through_ >= abandoned_from) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "steps from ", abandoned_from, " were abandoned, but the state before "
+        "step ", forgotten_through_, " is no longer kept"));
+  }
+  RETURN_IF_ERROR(InstallState(first->state));
+  history_.erase(first, history_.end());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> RankTrainer::WorldOf(
+    const RankPlan& plan) const {
+  std::vector<int> world = plan.world_ranks;
+  if (world.empty()) {
+    world.resize(options_.world_size);
+    std::iota(world.begin(), world.end(), 0);
+  }
+  const bool valid =
+      std::adjacent_find(world.begin(), world.end(),
+                         std::greater_equal<int>()) == world.end() &&
+      world.front() >= 0 && world.back() < options_.world_size &&
+      std::binary_search(world.begin(), world.end(), options_.rank);
+  if (!valid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(plan), ": the step's world [", absl::StrJoin(world, ","),
+        "] is not an ascending set of ranks of the job's ", options_.world_size,
+        " holding this rank"));
+  }
+  return world;
+}
+
+absl::Status RankTrainer::SyncState(c10d::ProcessGroup& world) {
+  // A trainer that took no step holds the seeded weights, as a fresh one.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  const int64_t mine = steps_applied_ > 0 ? steps_applied_ : kNone;
+  at::Tensor fewest = at::tensor({mine}, at::kLong);
+  RETURN_IF_ERROR(AllReduce(world, fewest, c10d::ReduceOp::MIN,
+                            "agreeing on the state to start the epoch from"));
+  if (fewest.item<int64_t>() == kNone) return absl::OkStatus();
+  at::Tensor source = at::tensor(
+      {mine == fewest.item<int64_t>() ? world.getRank() : kNone}, at::kLong);
+  RETURN_IF_ERROR(AllReduce(world, source, c10d::ReduceOp::MIN,
+                            "choosing the member whose state the epoch takes"));
+  const int root = static_cast<int>(source.item<int64_t>());
+  std::vector<at::Tensor> state = StateTensors();
+  for (at::Tensor& tensor : state) {
+    RETURN_IF_ERROR(Broadcast(world, tensor, root, "sending the world's state"));
+  }
+  if (world.getRank() == root) return absl::OkStatus();
+  return InstallState(state);
+}
+
+std::vector<at::Tensor> RankTrainer::StateTensors() {
+  const std::vector<at::Tensor> params = model_->parameters();
+  std::vector<at::Tensor> weights, first, second;
+  int64_t adam_step = 0;
+  for (const at::Tensor& p : params) {
+    weights.push_back(p.detach().reshape({-1}));
+    auto found = optimizer_->state().find(
+        c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (found == optimizer_->state().end()) {
+      first.push_back(at::zeros({p.numel()}, p.options()));
+      second.push_back(at::zeros({p.numel()}, p.options()));
+      continue;
+    }
+    auto& adam = static_cast<torch::optim::AdamWParamState&>(*found->second);
+    first.push_back(adam.exp_avg().reshape({-1}));
+    second.push_back(adam.exp_avg_sq().reshape({-1}));
+    adam_step = adam.step();
+  }
+  return {at::tensor({steps_applied_, adam_step}, at::kLong), at::cat(weights),
+          at::cat(first), at::cat(second)};
+}
+
+absl::Status RankTrainer::InstallState(const std::vector<at::Tensor>& state) {
+  const auto counts = state[0].accessor<int64_t, 1>();
+  steps_applied_ = counts[0];
+  const int64_t adam_step = counts[1];
+  at::NoGradGuard no_grad;
+  int64_t offset = 0;
+  try {
+    for (const at::Tensor& p : model_->parameters()) {
+      const int64_t n = p.numel();
+      at::Tensor w = p;  // Shares the parameter's storage.
+      w.copy_(state[1].narrow(0, offset, n).view_as(p));
+      auto adam = std::make_unique<torch::optim::AdamWParamState>();
+      adam->step(adam_step);
+      adam->exp_avg(state[2].narrow(0, offset, n).view_as(p).clone());
+      adam->exp_avg_sq(state[3].narrow(0, offset, n).view_as(p).clone());
+      optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] =
+          std::move(adam);
+      offset += n;
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("installing the world's state failed: ", ExceptionText(e)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RankTrainer::FormTaskGroups(const RankPlan& plan) {
@@ -493,12 +658,25 @@ absl::StatusOr<StepStats> RankTrainer::Finish(const RankPlan& plan,
       p.mutable_grad() = g;
     }
     optimizer_->step();
+    ++steps_applied_;
   } catch (const std::exception& e) {
     gradients_.clear();
     return absl::InternalError(
         absl::StrCat("the optimizer step failed: ", ExceptionText(e)));
   }
   return stats;
+}
+
+std::string RankTrainer::WeightsDigest() const {
+  uint64_t hash = 14695981039346656037ull;
+  for (const at::Tensor& p : model_->parameters()) {
+    const at::Tensor bytes = p.detach().contiguous();
+    const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
+    for (size_t i = 0; i < bytes.nbytes(); ++i) {
+      hash = (hash ^ data[i]) * 1099511628211ull;
+    }
+  }
+  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
 }
 
 void RankTrainer::ZeroGradients() {

@@ -2,6 +2,7 @@
 #define DCP_TRAIN_TRAINER_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,13 @@ struct RankTrainerOptions {
   /// "<session_id>/e<epoch>/dp", as dcp's agents do. Required when
   /// world_size > 1.
   std::string session_id;
+  /// Pre-step states kept (a copy of the parameters and the AdamW moments
+  /// each) for the last `history` steps applied, so that the first step of
+  /// an epoch whose `RankPlan.abandoned_from` says a step this rank applied
+  /// was abandoned can go back to the state before it. The scheduler's
+  /// lookahead bounds how many applied steps a shrink abandons. 0: none
+  /// kept (such a step then fails FAILED_PRECONDITION).
+  int history = 0;
   /// What `StepStats` times are measured on; null: the system clock. A
   /// `ProcessCpuClock` measures the rank's own work where ranks share
   /// cores. Not owned.
@@ -74,6 +82,9 @@ struct StepStats {
   /// the gradient all-reduce and the optimizer step (what dcp's cost model
   /// calls the gradient sync).
   double sync_seconds = 0;
+  /// `WeightsDigest()` when the step began, after its epoch's state was
+  /// made one (`Step`), before any task; empty from `ReferenceStep`.
+  std::string start_digest;
 };
 
 struct StepOptions {
@@ -117,11 +128,25 @@ class RankTrainer {
   RankTrainer& operator=(const RankTrainer&) = delete;
 
   /// Runs this rank's part of a step and takes the optimizer step (see the
-  /// class comment). Every rank of the world must call it with its own plan
-  /// of the same step, including ranks with no task. INVALID_ARGUMENT for
-  /// a plan this rank cannot run, ABORTED when another rank could not run
+  /// class comment). Every rank of the step's world (`plan.world_ranks`,
+  /// or every rank of `world_size`) must call it with its own plan of the
+  /// same step, including ranks with no task; the gradients are summed over
+  /// that world. INVALID_ARGUMENT for a plan this rank cannot run (or a
+  /// world that does not hold it), ABORTED when another rank could not run
   /// its part, DEADLINE_EXCEEDED / UNAVAILABLE when a peer is missing; the
   /// parameters are then unchanged and the gradients cleared.
+  ///
+  /// The first step of an epoch after 0 (a world re-formed after a rank
+  /// failed or returned) first undoes the steps of earlier epochs this
+  /// rank applied that were abandoned (`plan.abandoned_from`: the state
+  /// before the first of them comes back from the history), then makes the
+  /// world's state one: the members
+  /// agree, over the epoch's data-parallel group, on the member that took
+  /// the fewest optimizer steps among those that took any (a rank whose
+  /// last step was cut short by a failure holds the weights before it; a
+  /// rank that joins fresh holds none), and it broadcasts its parameters,
+  /// AdamW state and step count to the others. Without such a member every
+  /// rank holds the seeded initial weights already.
   absl::StatusOr<StepStats> Step(const RankPlan& plan,
                                  const StepOptions& options = {});
 
@@ -146,6 +171,13 @@ class RankTrainer {
 
   const Transformer& model() const { return *model_; }
   const RankTrainerOptions& options() const { return options_; }
+  /// FNV-1a (64 bits, in hex) over the bytes of every parameter in
+  /// `model().parameters()` order: equal on ranks whose weights are equal
+  /// bit for bit.
+  std::string WeightsDigest() const;
+  /// Optimizer steps this trainer's weights have taken (a member that
+  /// received the world's state at an epoch change took the source's).
+  int64_t steps_applied() const { return steps_applied_; }
 
  private:
   struct TaskOutcome;
@@ -177,6 +209,22 @@ class RankTrainer {
                                    c10d::ProcessGroup* world, double loss,
                                    int64_t tokens, const StepOptions& options);
   void ZeroGradients();
+  // The ranks of the plan's data-parallel world, ascending.
+  absl::StatusOr<std::vector<int>> WorldOf(const RankPlan& plan) const;
+  // Gives every member of `world` (a new epoch's) the state of one of them
+  // (see `Step`).
+  absl::Status SyncState(c10d::ProcessGroup& world);
+  // This rank's parameters, AdamW moments and counts as flat tensors, and
+  // their installation from the same.
+  std::vector<at::Tensor> StateTensors();
+  absl::Status InstallState(const std::vector<at::Tensor>& state);
+  // Restores the state before the first applied step numbered
+  // `abandoned_from` or later, if any, and forgets the later ones.
+  absl::Status RollBack(int64_t abandoned_from);
+  // The distributed part of `Step` once the world is known.
+  absl::StatusOr<StepStats> StepInWorld(const RankPlan& plan,
+                                        std::vector<int> members,
+                                        const StepOptions& options);
 
   const RankTrainerOptions options_;
   const std::unique_ptr<Transformer> model_;
@@ -184,6 +232,18 @@ class RankTrainer {
   const SyntheticCorpus corpus_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::vector<at::Tensor> gradients_;
+  int64_t steps_applied_ = 0;
+  // The state before each of the last `options_.history` steps applied,
+  // oldest first, and the latest step whose state before was dropped.
+  struct Saved {
+    int64_t step = 0;
+    std::vector<at::Tensor> state;
+  };
+  std::deque<Saved> history_;
+  int64_t forgotten_through_ = -1;
+  // The epoch whose world last agreed on the state; epoch 0 starts from the
+  // seeded weights on every rank.
+  int64_t synced_epoch_ = 0;
 };
 
 }  // namespace dcp::train

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
@@ -426,6 +428,207 @@ TEST_F(TwoRanksTest, APeerThatNeverArrivesIsADeadline) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("rank 0, step 3"));
+}
+
+// A job of three ranks as threads, whose world shrinks and grows by epoch.
+class ElasticWorldTest : public TwoRanksTest {
+ protected:
+  static constexpr int kJob = 3;
+
+  // `plan` as epoch `epoch`'s step `step` over `world`, its loss weights
+  // each sample's share of the step's tokens.
+  static v1::StepPlan InEpoch(v1::StepPlan plan, int64_t epoch, int64_t step) {
+    plan.set_epoch(epoch);
+    plan.set_step(step);
+    for (v1::CommGroup& group : *plan.mutable_groups()) {
+      group.set_rendezvous_prefix(absl::StrCat(
+          "sess/e", epoch, "/g", absl::StrJoin(group.ranks(), "-")));
+    }
+    for (v1::Task& task : *plan.mutable_tasks()) {
+      for (int64_t length : task.lengths()) {
+        task.add_loss_weights(static_cast<double>(length) /
+                              plan.total_tokens());
+      }
+    }
+    return plan;
+  }
+
+  // The Step of `plan` on each trainer of `world`, concurrently.
+  std::map<int, absl::StatusOr<StepStats>> RunWorld(
+      const v1::StepPlan& plan, const std::vector<int>& world,
+      std::vector<std::unique_ptr<RankTrainer>>& trainers) {
+    std::map<int, absl::StatusOr<StepStats>> stats;
+    for (int r : world) stats.emplace(r, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int r : world) {
+      threads.emplace_back([&, r] {
+        RankPlan mine = PlanOf(plan, r);
+        mine.world_ranks = world;
+        stats.at(r) = trainers[r]->Step(mine);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return stats;
+  }
+
+  void Start() {
+    for (int r = 0; r < kJob; ++r) {
+      groups_.push_back(Groups(r, absl::Seconds(60)));
+      trainers_.push_back(MakeTrainer(Options(kJob, r), groups_.back().get()));
+    }
+  }
+
+  std::vector<std::unique_ptr<ProcessGroups>> groups_;
+  std::vector<std::unique_ptr<RankTrainer>> trainers_;
+};
+
+// Rank 1 fails after epoch 0; rank 2 took one optimizer step more than
+// rank 0 (its last all-reduce completed where rank 0's did not). Epoch 1 on
+// ranks [0, 2] starts from the state of the member with the fewest steps,
+// and trains its step as one process would: the gradients summed over the
+// new world, the loss weights over the step's tokens summing to 1 there.
+TEST_F(ElasticWorldTest, AShrunkWorldStartsFromOneStateAndTrainsLikeOne) {
+  Start();
+  const v1::StepPlan first = InEpoch(
+      MakePlan({{{0, 1}, {1, 2}, {6, 7}, 0}, {{2}, {3}, {9}, 0}}), 0, 0);
+  for (auto& [rank, stats] : RunWorld(first, {0, 1, 2}, trainers_)) {
+    ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+  }
+  const v1::StepPlan lost = InEpoch(MakePlan({{{2}, {8}, {5}, 0}}), 0, 1);
+  ASSERT_TRUE(trainers_[2]->ReferenceStep(lost).ok());
+  ASSERT_EQ(trainers_[2]->steps_applied(), 2);
+  ASSERT_FALSE(Equal(Snapshot(*trainers_[0]), Snapshot(*trainers_[2])));
+
+  const v1::StepPlan shrunk = InEpoch(
+      MakePlan({{{0, 2}, {4, 5}, {8, 6}, 0.5}, {{0}, {6}, {3}, 0}}), 1, 2);
+  double weights = 0;
+  for (const v1::Task& task : shrunk.tasks()) {
+    for (double w : task.loss_weights()) weights += w;
+  }
+  EXPECT_NEAR(weights, 1.0, 1e-12);
+  std::map<int, absl::StatusOr<StepStats>> stats =
+      RunWorld(shrunk, {0, 2}, trainers_);
+
+  std::unique_ptr<RankTrainer> reference = MakeTrainer(Options(1, 0));
+  ASSERT_TRUE(reference->ReferenceStep(first).ok());
+  absl::StatusOr<StepStats> want = reference->ReferenceStep(shrunk);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(stats.at(r).ok()) << r << ": " << stats.at(r).status();
+    EXPECT_NEAR(stats.at(r)->loss, want->loss, 1e-12) << r;
+    EXPECT_EQ(stats.at(r)->tokens, 17) << r;
+    EXPECT_LE(MaxRelative(Snapshot(*trainers_[r]), Snapshot(*reference)),
+              1e-12)
+        << r;
+    EXPECT_EQ(trainers_[r]->steps_applied(), 2) << r;
+  }
+  EXPECT_TRUE(Equal(Snapshot(*trainers_[0]), Snapshot(*trainers_[2])));
+}
+
+// Rank 1 comes back as a fresh process in epoch 2: it takes the world's
+// state instead of offering its seeded one.
+TEST_F(ElasticWorldTest, ARankThatReturnsFreshTakesTheWorldsState) {
+  Start();
+  const v1::StepPlan first =
+      InEpoch(MakePlan({{{0, 2}, {1, 2}, {6, 7}, 0}}), 1, 0);
+  for (auto& [rank, stats] : RunWorld(first, {0, 2}, trainers_)) {
+    ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+  }
+  groups_[1] = Groups(1, absl::Seconds(60));
+  trainers_[1] = MakeTrainer(Options(kJob, 1), groups_[1].get());
+  const v1::StepPlan grown =
+      InEpoch(MakePlan({{{0, 1}, {3}, {12}, 0}, {{2}, {4}, {5}, 0}}), 2, 1);
+  for (auto& [rank, stats] : RunWorld(grown, {0, 1, 2}, trainers_)) {
+    ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+  }
+  std::unique_ptr<RankTrainer> reference = MakeTrainer(Options(1, 0));
+  ASSERT_TRUE(reference->ReferenceStep(first).ok());
+  ASSERT_TRUE(reference->ReferenceStep(grown).ok());
+  for (int r = 0; r < kJob; ++r) {
+    EXPECT_LE(MaxRelative(Snapshot(*trainers_[r]), Snapshot(*reference)),
+              1e-12)
+        << r;
+  }
+  EXPECT_TRUE(Equal(Snapshot(*trainers_[0]), Snapshot(*trainers_[1])));
+}
+
+// Rank 1 dies after all three applied step 1 but before it reported it:
+// the scheduler abandons step 1 and re-serves its samples in epoch 1. Its
+// first step says so (abandoned_from = 1), and ranks 0 and 2 go back to
+// their state before step 1: the job trains step 0, then epoch 1's step,
+// as one process would, step 1's samples once.
+TEST_F(ElasticWorldTest, AnAbandonedStepThatWasAppliedIsUndone) {
+  for (int r = 0; r < kJob; ++r) {
+    groups_.push_back(Groups(r, absl::Seconds(60)));
+    RankTrainerOptions options = Options(kJob, r);
+    options.history = 2;
+    trainers_.push_back(MakeTrainer(options, groups_.back().get()));
+  }
+  const v1::StepPlan step0 =
+      InEpoch(MakePlan({{{0, 1}, {1, 2}, {6, 7}, 0}, {{2}, {3}, {9}, 0}}), 0, 0);
+  const v1::StepPlan step1 =
+      InEpoch(MakePlan({{{1, 2}, {4, 5}, {8, 6}, 0}, {{0}, {6}, {3}, 0}}), 0, 1);
+  std::string after0;
+  for (const v1::StepPlan* plan : {&step0, &step1}) {
+    for (auto& [rank, stats] : RunWorld(*plan, {0, 1, 2}, trainers_)) {
+      ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+    }
+    if (after0.empty()) after0 = trainers_[0]->WeightsDigest();
+  }
+  ASSERT_NE(trainers_[0]->WeightsDigest(), after0);
+  // Step 1's samples again, for the world of two.
+  const v1::StepPlan again =
+      InEpoch(MakePlan({{{0, 2}, {4, 5, 6}, {8, 6, 3}, 0}}), 1, 2);
+  std::map<int, absl::StatusOr<StepStats>> stats;
+  std::vector<std::thread> threads;
+  for (int r : {0, 2}) stats.emplace(r, absl::UnknownError("not run"));
+  for (int r : {0, 2}) {
+    threads.emplace_back([&, r] {
+      RankPlan mine = PlanOf(again, r);
+      mine.world_ranks = {0, 2};
+      mine.abandoned_from = 1;
+      stats.at(r) = trainers_[r]->Step(mine);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::unique_ptr<RankTrainer> reference = MakeTrainer(Options(1, 0));
+  ASSERT_TRUE(reference->ReferenceStep(step0).ok());
+  ASSERT_TRUE(reference->ReferenceStep(again).ok());
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(stats.at(r).ok()) << r << ": " << stats.at(r).status();
+    EXPECT_LE(MaxRelative(Snapshot(*trainers_[r]), Snapshot(*reference)),
+              1e-12)
+        << r;
+    EXPECT_EQ(trainers_[r]->steps_applied(), 2) << r;
+  }
+  // Both began the step from their state after step 0, bit for bit.
+  EXPECT_EQ(stats.at(0)->start_digest, after0);
+  EXPECT_EQ(stats.at(2)->start_digest, after0);
+}
+
+// Without the state before the abandoned step, the step fails instead of
+// training it twice.
+TEST_F(ElasticWorldTest, AnAbandonedStepWithoutHistoryIsRefused) {
+  std::unique_ptr<RankTrainer> alone = MakeTrainer(Options(1, 0));
+  ASSERT_NE(alone, nullptr);
+  const v1::StepPlan step0 = InEpoch(MakePlan({{{0}, {1}, {6}, 0}}), 0, 0);
+  ASSERT_TRUE(alone->Step(PlanOf(step0, 0)).ok());
+  RankPlan next = PlanOf(InEpoch(MakePlan({{{0}, {1}, {6}, 0}}), 1, 1), 0);
+  next.abandoned_from = 0;
+  const absl::Status status = alone->Step(next).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("step 0 was abandoned after this rank applied it"));
+}
+
+TEST_F(ElasticWorldTest, RefusesAWorldWithoutTheRank) {
+  Start();
+  RankPlan plan = PlanOf(InEpoch(MakePlan({{{0}, {1}, {5}, 0}}), 1, 0), 1);
+  plan.world_ranks = {0, 2};
+  absl::Status status = trainers_[1]->Step(plan).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("the step's world [0,2] is not an ascending set"));
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ Agent::Agent(AgentOptions options, CommBackend backend,
       stub_->stub.get(), registration_.get(),
       ReportSenderOptions{o.rank, o.rpc_timeout, o.initial_backoff,
                           o.max_backoff, o.report_stream, clock_,
-                          o.max_pending_reports});
+                          o.max_pending_reports, o.report_spool});
   ProfileResponderOptions profile;
   profile.rank = o.rank;
   profile.rpc_timeout = o.rpc_timeout;
@@ -287,12 +287,39 @@ const v1::RegisterResponse& Agent::registration() const {
 
 absl::StatusOr<NextStepResult> Agent::NextStep(int64_t after_step,
                                                absl::Duration timeout) {
-  return mailbox_->NextStep(after_step, timeout);
+  absl::StatusOr<NextStepResult> next = mailbox_->NextStep(after_step, timeout);
+  NoteWorld(next);
+  if (next.ok() && !next->drained) GroupEpoch().IgnoreError();
+  return next;
 }
 
 int64_t Agent::NextStepAsync(int64_t after_step, absl::Time deadline,
                              NextStepCallback done) {
-  return mailbox_->NextStepAsync(after_step, deadline, std::move(done));
+  return mailbox_->NextStepAsync(
+      after_step, deadline,
+      [this, done = std::move(done)](absl::StatusOr<NextStepResult> next) {
+        NoteWorld(next);
+        done(std::move(next));
+      });
+}
+
+void Agent::NoteWorld(const absl::StatusOr<NextStepResult>& result) {
+  if (!result.ok() || result->drained) return;
+  const v1::RankStep& step = result->step;
+  absl::MutexLock lock(&world_mu_);
+  if (step.epoch() < world_epoch_) return;
+  world_epoch_ = step.epoch();
+  world_ranks_.assign(step.world_ranks().begin(), step.world_ranks().end());
+}
+
+std::vector<int> Agent::WorldOf(int64_t epoch) const {
+  {
+    absl::MutexLock lock(&world_mu_);
+    if (world_epoch_ == epoch && !world_ranks_.empty()) return world_ranks_;
+  }
+  std::vector<int> ranks(registration().world_size());
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
 }
 
 bool Agent::CancelNextStep(int64_t id) { return mailbox_->CancelNextStep(id); }
@@ -330,21 +357,30 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
   return cache_->Get(key, group.rendezvous_prefix());
 }
 
-absl::StatusOr<int64_t> Agent::GroupEpoch() const {
+absl::StatusOr<int64_t> Agent::GroupEpoch() {
   ASSIGN_OR_RETURN(const std::optional<int64_t> delivered,
                    mailbox_->DeliveredEpoch());
-  return delivered.value_or(registration().epoch());
+  const int64_t epoch = delivered.value_or(registration().epoch());
+  bool evict = false;
+  {
+    absl::MutexLock lock(&world_mu_);
+    evict = epoch > evicted_before_;
+    if (evict) evicted_before_ = epoch;
+  }
+  // A new world: the groups of the old one (a failed peer's among them)
+  // are released, never used again.
+  if (evict) cache_->EvictBefore(epoch);
+  return epoch;
 }
 
 absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
-  const int world = registration().world_size();
-  if (world < 2) {
-    return absl::FailedPreconditionError(
-        "a world of one rank has no data-parallel group");
-  }
   ASSIGN_OR_RETURN(const int64_t epoch, GroupEpoch());
-  std::vector<int> ranks(world);
-  std::iota(ranks.begin(), ranks.end(), 0);
+  std::vector<int> ranks = WorldOf(epoch);
+  if (ranks.size() < 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the world of epoch ", epoch, " has one rank [",
+        absl::StrJoin(ranks, ","), "]: no data-parallel group"));
+  }
   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch,
                                               CommPurpose::kDataParallel));
   return cache_->Get(

@@ -135,15 +135,22 @@ class Agent {
   /// error otherwise.
   absl::StatusOr<Communicator*> Group(const v1::CommGroup& group);
 
-  /// The data-parallel group of the whole world for the epoch of the last
+  /// The data-parallel group of the epoch's world for the epoch of the last
   /// step handed out: what the gradient sync closing a step all-reduces
-  /// over. Every rank must ask for it, at the same point among its other
-  /// collectives (after the step's tasks). It meets under
+  /// over. Its members are the step's `RankStep.world_ranks` (after a
+  /// shrink, the ranks not failed; every rank of the job when the step does
+  /// not say). Every member must ask for it, at the same point among its
+  /// other collectives (after the step's tasks). It meets under
   /// "<session>/e<epoch>/dp" in the scheduler's store and is cached apart
   /// from the plans' groups of the same members (`CommPurpose`); on NCCL it
-  /// is split off the epoch's world as the epoch's first step arrives. Owned
-  /// by the agent; host or device memory as for `Group`.
+  /// is split off the epoch's world as the epoch's first step arrives (that
+  /// world still spans every rank of the job: NCCL does not follow a shrink
+  /// yet). Owned by the agent; host or device memory as for `Group`.
   /// FAILED_PRECONDITION in a world of one rank.
+  ///
+  /// Once a step of a later epoch has been handed out, the next `NextStep`,
+  /// `Group` or `DataParallelGroup` releases the communicators of the
+  /// earlier epochs (the caller must not use them any more).
   absl::StatusOr<Communicator*> DataParallelGroup();
 
   /// Sends one step's timings to the scheduler, retrying UNAVAILABLE and
@@ -215,8 +222,14 @@ class Agent {
   void WarmGroups(int64_t epoch, int64_t step,
                   const std::vector<v1::CommGroup>& groups);
   /// The epoch of the last step handed out (the registration's before any):
-  /// the one groups are formed for. UNAVAILABLE after `Shutdown`.
-  absl::StatusOr<int64_t> GroupEpoch() const;
+  /// the one groups are formed for. UNAVAILABLE after `Shutdown`. Releases
+  /// the communicators of earlier epochs.
+  absl::StatusOr<int64_t> GroupEpoch();
+  /// Remembers the world of a step handed out, for `DataParallelGroup`.
+  void NoteWorld(const absl::StatusOr<NextStepResult>& result);
+  /// The data-parallel members of `epoch`: the last step's world if it is
+  /// of that epoch and says, else every rank of the job.
+  std::vector<int> WorldOf(int64_t epoch) const;
 
   const AgentOptions options_;
   const CommBackend backend_;
@@ -239,6 +252,13 @@ class Agent {
 
   /// Serialises `Shutdown`'s joins.
   absl::Mutex join_mu_;
+
+  /// The world of the last step handed out, and the epoch before which the
+  /// cache's communicators were released.
+  mutable absl::Mutex world_mu_;
+  int64_t world_epoch_ ABSL_GUARDED_BY(world_mu_) = -1;
+  std::vector<int> world_ranks_ ABSL_GUARDED_BY(world_mu_);
+  int64_t evicted_before_ ABSL_GUARDED_BY(world_mu_) = 0;
 };
 
 }  // namespace dcp

@@ -94,6 +94,7 @@
 #include "worker_agent/agent_service.h"
 #include "worker_agent/execute_loop.h"
 #include "worker_agent/model_executor.h"
+#include "worker_agent/report_spool.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051",
           "host:port of the dcp-scheduler.");
@@ -171,6 +172,11 @@ ABSL_FLAG(int, max_pending_reports, 1024,
           "Serve mode: trainer reports kept while the scheduler is "
           "unreachable; beyond this the trainer is answered "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, report_spool_dir, "",
+          "Serve mode: a directory where those kept reports are also "
+          "written (fsync'd, reports-rank<N>.spool), so that they outlive "
+          "the agent: started again on it, the agent delivers them first. "
+          "Empty: memory only, lost if the agent exits first.");
 
 namespace dcp {
 namespace {
@@ -298,6 +304,16 @@ absl::Status Execute(Agent& agent, const SignalWatcher& watcher,
   options.stopped = [&watcher] { return watcher.signalled(); };
   options.simulate = absl::GetFlag(FLAGS_mode) == "simulate";
   options.simulate_task_time = absl::GetFlag(FLAGS_simulate_task_time);
+  options.on_step_given_up = [rank = agent.rank()](const v1::RankStep& step,
+                                                   const absl::Status& error) {
+    std::fprintf(stderr,
+                 "%s dcp-agent rank %d: step %lld of epoch %lld %s%s\n",
+                 Now().c_str(), rank, static_cast<long long>(step.step()),
+                 static_cast<long long>(step.epoch()),
+                 error.ok() ? "skipped (its epoch was given up)"
+                            : "given up, waiting for a later epoch: ",
+                 std::string(error.message()).c_str());
+  };
   AgentStepSource source(&agent);
   ASSIGN_OR_RETURN(const ExecuteSummary done, RunExecuteLoop(source, options));
   std::fprintf(stderr,
@@ -394,15 +410,42 @@ absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
                  Now().c_str(), rank, absl::FormatDuration(outage).c_str(),
                  failures, std::string(last.message()).c_str());
   };
-  // Execute mode trains on c10d groups of its own: the agent forms none,
-  // and its groups span the world, which it cannot change.
+  // Execute mode trains on c10d groups of its own: the agent forms none.
+  // Every mode follows a change of the world (execute mode re-forms its
+  // groups over each epoch's ranks), so none says its world is fixed.
   options.warm_groups = mode == "serve";
-  options.fixed_world = mode == "execute";
   RETURN_IF_ERROR(TaskClock().status());
   // Both modes profile here, before the first step (serve mode before its
   // trainer gets one).
   options.run_profile = RunProfile;
   return options;
+}
+
+/// The spool of --report_spool_dir (null without it), saying on stderr what
+/// an earlier agent left in it.
+absl::StatusOr<std::unique_ptr<ReportSpool>> OpenReportSpool(
+    const std::string& mode, int rank) {
+  const std::string dir = absl::GetFlag(FLAGS_report_spool_dir);
+  if (dir.empty()) return nullptr;
+  if (mode != "serve") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--report_spool_dir keeps a sidecar trainer's reports: it needs "
+        "--mode=serve, not '",
+        mode, "'"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ReportSpool> spool,
+                   ReportSpool::Open(dir, rank));
+  if (!spool->tail_problem().empty()) {
+    std::fprintf(stderr, "%s dcp-agent rank %d: %s: cut off %s\n",
+                 Now().c_str(), rank, spool->path().c_str(),
+                 spool->tail_problem().c_str());
+  }
+  std::fprintf(stderr,
+               "%s dcp-agent rank %d: %zu spooled reports to deliver first "
+               "(%s)\n",
+               Now().c_str(), rank, spool->recovered().size(),
+               spool->path().c_str());
+  return spool;
 }
 
 absl::Status Run() {
@@ -412,6 +455,10 @@ absl::Status Run() {
         "--mode must be execute, serve or simulate, not '", mode, "'"));
   }
   ASSIGN_OR_RETURN(AgentOptions options, OptionsFromFlags(mode));
+  // Declared before the agent, which borrows it.
+  ASSIGN_OR_RETURN(std::unique_ptr<ReportSpool> spool,
+                   OpenReportSpool(mode, options.rank));
+  options.report_spool = spool.get();
 
   SignalWatcher::BlockSignals();
   // Served from before the registration (which may wait for the scheduler),

@@ -21,6 +21,8 @@
 
 namespace dcp {
 
+class ReportSpool;  // worker_agent/report_spool.h
+
 class Agent;
 
 /// The communicator of a group this rank belongs to (p > 1), owned by the
@@ -74,10 +76,11 @@ struct AgentOptions {
   /// `Agent::rendezvous_store()` and never calls `Group`; `Group` then forms
   /// Gloo groups on demand (NCCL needs the warm-up: see `comm_backend`).
   bool warm_groups = true;
-  /// The caller's training cannot follow a change of the world (dcp-agent's
-  /// execute mode: c10d Gloo groups over the whole world); told to the
-  /// scheduler, which then refuses the rank if it shrinks the world on a
-  /// failure (`--on_rank_failure=shrink`).
+  /// The caller's training cannot follow a change of the world (no
+  /// dcp-agent mode says so: execute mode re-forms its groups over each
+  /// epoch's `RankStep.world_ranks`); told to the scheduler, which then
+  /// refuses the rank if it shrinks the world on a failure
+  /// (`--on_rank_failure=shrink`).
   bool fixed_world = false;
   /// How long `Start` waits for the scheduler to answer the first Register
   /// (it may still be starting).
@@ -102,6 +105,10 @@ struct AgentOptions {
   /// back; the trainer is answered OK for them. Beyond this many it is
   /// answered RESOURCE_EXHAUSTED.
   int max_pending_reports = 1024;
+  /// Where those kept reports are written too, so a restarted agent
+  /// delivers them (dcp-agent --report_spool_dir; see ReportSpool). Null:
+  /// memory only. Not owned; must outlive the agent.
+  ReportSpool* report_spool = nullptr;
   /// Called on the plan stream's thread after each failed reconnection,
   /// with the failures in a row, the last error and how long the scheduler
   /// has been unreachable (dcp-agent logs it). Must be quick. May be empty.

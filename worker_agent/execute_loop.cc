@@ -41,6 +41,25 @@ absl::StatusOr<StepExecution> RunOne(const v1::RankStep& step,
   return done;
 }
 
+// A step given up because a peer failed: the later steps of its epoch are
+// skipped until one of a later epoch comes.
+struct GivenUp {
+  bool active = false;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  absl::Status error;
+
+  // The loop's error when waiting for the later epoch failed with `wait`.
+  absl::Status Unreplaced(const absl::Status& wait) const {
+    return absl::Status(
+        error.code(),
+        absl::StrCat(error.message(), " (step ", step, " of epoch ", epoch,
+                     " was given up for it, and no step of a later epoch "
+                     "came: ",
+                     wait.message(), ")"));
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<ExecuteSummary> RunExecuteLoop(
@@ -64,27 +83,46 @@ absl::StatusOr<ExecuteSummary> RunExecuteLoop(
   Clock& clock =
       options.clock != nullptr ? *options.clock : *RealClock::Default();
   ExecuteSummary summary;
+  GivenUp given_up;
+  int64_t after_step = -1;
   while (options.max_steps == 0 || summary.executed < options.max_steps) {
     absl::StatusOr<NextStepResult> next =
-        source.NextStep(summary.last_step, options.step_timeout);
+        source.NextStep(after_step, options.step_timeout);
     if (!next.ok()) {
       if (options.stopped && options.stopped()) {
         return absl::CancelledError("stopped by signal");
       }
-      return next.status();
+      return given_up.active ? given_up.Unreplaced(next.status())
+                             : next.status();
     }
     if (next->drained) break;
     const v1::RankStep& step = next->step;
-    const absl::Time step_start = clock.Now();
-    ASSIGN_OR_RETURN(StepExecution done,
-                     RunOne(step, executor.get(), options, clock));
-    if (options.metrics != nullptr) {
-      options.metrics->OnStepExecuted(done, clock.Now() - step_start);
+    after_step = step.step();
+    if (given_up.active && step.epoch() <= given_up.epoch) {
+      ++summary.skipped;
+      if (options.on_step_given_up) options.on_step_given_up(step, {});
+      continue;
     }
-    RETURN_IF_ERROR(AppendLog(log, options.log_file, step, done));
-    RETURN_IF_ERROR(source.ReportTimings(done.report));
-    if (summary.executed == 0) summary.first_loss = done.loss;
-    summary.last_loss = done.loss;
+    given_up.active = false;
+    const absl::Time step_start = clock.Now();
+    absl::StatusOr<StepExecution> done =
+        RunOne(step, executor.get(), options, clock);
+    if (!done.ok() && executor != nullptr && IsPeerFailure(done.status())) {
+      given_up = GivenUp{true, step.epoch(), step.step(), done.status()};
+      ++summary.given_up;
+      if (options.on_step_given_up) {
+        options.on_step_given_up(step, done.status());
+      }
+      continue;
+    }
+    if (!done.ok()) return done.status();
+    if (options.metrics != nullptr) {
+      options.metrics->OnStepExecuted(*done, clock.Now() - step_start);
+    }
+    RETURN_IF_ERROR(AppendLog(log, options.log_file, step, *done));
+    RETURN_IF_ERROR(source.ReportTimings(done->report));
+    if (summary.executed == 0) summary.first_loss = done->loss;
+    summary.last_loss = done->loss;
     summary.last_step = step.step();
     ++summary.executed;
   }

@@ -80,6 +80,11 @@ struct ExecuteLoopOptions {
   /// (`SimulateStep`), so the ranks follow any change of the world.
   bool simulate = false;
   absl::Duration simulate_task_time = absl::Milliseconds(10);
+  /// Told of each step given up because a peer failed (`IsPeerFailure`),
+  /// with its error, and of each later step of that epoch skipped
+  /// (status OK). May be empty.
+  std::function<void(const v1::RankStep& step, const absl::Status& status)>
+      on_step_given_up;
 };
 
 /// How far `RunExecuteLoop` got.
@@ -90,13 +95,27 @@ struct ExecuteSummary {
   /// The loss of the first and of the last step run (0 when none).
   double first_loss = 0;
   double last_loss = 0;
+  /// Steps not run to the end because a peer failed, and the steps of the
+  /// same epoch skipped after them (neither is reported).
+  int64_t given_up = 0;
+  int64_t skipped = 0;
 };
 
 /// Trains on each step of `source` until the drain (or `max_steps`): the
 /// step with a `ModelExecutor` (its tasks, the gradient all-reduce, the
 /// optimizer step), the log lines, then its timings reported.
+///
+/// Follows the scheduler's epochs: a step that fails because a peer is gone
+/// (`IsPeerFailure`: the weights are then those before it) is not reported,
+/// the epoch's groups are aborted, and the epoch's later steps are skipped
+/// until a step of a later epoch arrives (a shrink re-plans the steps not
+/// completed for the ranks left); that step re-forms the groups over its
+/// world and the training goes on. If none arrives within `step_timeout`
+/// the loop fails with the step's error.
+///
 /// INVALID_ARGUMENT for bad options or a log file that cannot be opened;
-/// the first failing step or report otherwise. Blocks; thread-compatible.
+/// the first failing step (other than for a peer) or report otherwise.
+/// Blocks; thread-compatible.
 ///
 ///   ExecuteLoopOptions options;
 ///   options.executor.model = model;

@@ -4,13 +4,16 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "comm/rendezvous_store.h"
 #include "common/model_spec.h"
@@ -35,6 +38,7 @@ class ScriptedSource final : public StepSourceInterface {
 
   absl::StatusOr<NextStepResult> NextStep(int64_t after_step,
                                           absl::Duration timeout) override {
+    if (on_ask) on_ask(after_step);
     asked_after.push_back(after_step);
     NextStepResult result;
     if (steps_.empty()) {
@@ -55,6 +59,8 @@ class ScriptedSource final : public StepSourceInterface {
 
   std::vector<int64_t> asked_after;
   std::vector<v1::TimingReport> reports;
+  /// Called first by each NextStep, with its `after_step`; may block.
+  std::function<void(int64_t)> on_ask;
 
  private:
   std::deque<v1::RankStep> steps_;
@@ -235,6 +241,89 @@ TEST(ExecuteLoopTest, SimulateFollowsAnEpochChangeWithoutAModel) {
   const std::string log = ReadAll(options.log_file);
   EXPECT_THAT(log, HasSubstr("\"epoch\":1"));
   EXPECT_THAT(log, HasSubstr("\"group\":[0,2]"));
+}
+
+// A world of three loses rank 1 after step 0 (its groups close, as when
+// its process dies): ranks 0 and 2 give step 1 up (no report), skip the
+// rest of epoch 0 and train epoch 1 on [0, 2], its gradient sync over the
+// two of them.
+TEST(ExecuteLoopTest, AfterAPeerFailsTheRestTrainOnInTheNextEpoch) {
+  InMemoryRendezvousStore store;
+  absl::Notification done_step0[2];
+  std::vector<std::unique_ptr<ScriptedSource>> sources;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::vector<v1::RankStep> steps = {StepOf(0, rank, {rank})};
+    if (rank != 1) {
+      steps.push_back(StepOf(1, rank, {rank}));
+      steps.push_back(StepOf(2, rank, {rank}));
+      v1::RankStep shrunk = StepOf(3, rank, {rank});
+      shrunk.set_epoch(1);
+      shrunk.add_world_ranks(0);
+      shrunk.add_world_ranks(2);
+      steps.push_back(shrunk);
+    }
+    sources.push_back(std::make_unique<ScriptedSource>(steps, &store));
+  }
+  // Rank 1 leaves once the others finished step 0, so that only their
+  // step 1 misses it.
+  sources[1]->on_ask = [&](int64_t after) {
+    if (after != 0) return;
+    for (absl::Notification& n : done_step0) n.WaitForNotification();
+  };
+  sources[0]->on_ask = [&](int64_t after) {
+    if (after == 0) done_step0[0].Notify();
+  };
+  sources[2]->on_ask = [&](int64_t after) {
+    if (after == 0) done_step0[1].Notify();
+  };
+  std::vector<absl::StatusOr<ExecuteSummary>> done(
+      3, absl::UnknownError("not run"));
+  std::vector<std::vector<std::pair<int64_t, bool>>> given_up(3);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    ranks.emplace_back([&, rank] {
+      ExecuteLoopOptions options = Options(rank, 3);
+      options.on_step_given_up = [&, rank](const v1::RankStep& step,
+                                           const absl::Status& error) {
+        given_up[rank].emplace_back(step.step(), error.ok());
+      };
+      done[rank] = RunExecuteLoop(*sources[rank], options);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  ASSERT_TRUE(done[1].ok()) << done[1].status();
+  EXPECT_EQ(done[1]->executed, 1);
+  for (int rank : {0, 2}) {
+    ASSERT_TRUE(done[rank].ok()) << "rank " << rank << ": "
+                                 << done[rank].status();
+    EXPECT_EQ(done[rank]->executed, 2) << rank;
+    EXPECT_EQ(done[rank]->given_up, 1) << rank;
+    EXPECT_EQ(done[rank]->skipped, 1) << rank;
+    EXPECT_EQ(done[rank]->last_step, 3) << rank;
+    // Step 1 failed (an error), step 2 was skipped (OK).
+    EXPECT_THAT(given_up[rank], ElementsAre(std::pair<int64_t, bool>(1, false),
+                                            std::pair<int64_t, bool>(2, true)));
+    ASSERT_EQ(sources[rank]->reports.size(), 2u) << rank;
+    EXPECT_EQ(sources[rank]->reports[1].epoch(), 1);
+    EXPECT_EQ(sources[rank]->reports[1].step(), 3);
+  }
+  // One loss over the new world's two ranks.
+  EXPECT_EQ(done[0]->last_loss, done[2]->last_loss);
+}
+
+// Without a later epoch, the step's error ends the loop, saying so.
+TEST(ExecuteLoopTest, APeerFailureWithoutALaterEpochFailsTheLoop) {
+  InMemoryRendezvousStore store;
+  ScriptedSource source({StepOf(0, 0, {0})}, &store,
+                        absl::DeadlineExceededError("no step in time"));
+  ExecuteLoopOptions options = Options(0, 2);
+  options.executor.group_timeout = absl::Milliseconds(200);
+  absl::Status status = RunExecuteLoop(source, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("step 0 of epoch 0 was given up for it, and no step "
+                        "of a later epoch came: no step in time"));
+  EXPECT_TRUE(source.reports.empty());
 }
 
 }  // namespace

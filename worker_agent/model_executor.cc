@@ -29,6 +29,7 @@ absl::Status CheckOptions(const ModelExecutorOptions& o) {
   }
   if (o.token_scale < 1) return bad("token_scale must be at least 1");
   if (o.torch_threads < 0) return bad("torch_threads must be >= 0");
+  if (o.history < 0) return bad("history must be >= 0");
   if (!(o.learning_rate > 0)) return bad("learning_rate must be positive");
   if (o.group_timeout <= absl::ZeroDuration()) {
     return bad("group_timeout must be positive");
@@ -48,6 +49,7 @@ train::RankTrainerOptions TrainerOptions(const ModelExecutorOptions& o) {
   t.rank = o.rank;
   t.session_id = o.session_id;
   t.clock = o.clock;
+  t.history = o.history;
   return t;
 }
 
@@ -96,6 +98,18 @@ const v1::CommGroup* GroupOf(const v1::ProfileRequest& request, int p,
 
 }  // namespace
 
+bool IsPeerFailure(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
     ModelExecutorOptions options, RendezvousStoreInterface* store) {
   RETURN_IF_ERROR(CheckOptions(options));
@@ -107,6 +121,9 @@ absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
   group_options.rank = options.rank;
   group_options.hostname = options.hostname;
   group_options.timeout = options.group_timeout;
+  // After a peer failed, the others reach the new world's data-parallel
+  // group when their own waits on it end: up to two timeouts apart.
+  group_options.dp_timeout = 3 * options.group_timeout;
   group_options.on_formed = options.on_group_formed;
   ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroups> groups,
                    ProcessGroups::Create(store, group_options));
@@ -135,12 +152,24 @@ absl::StatusOr<StepExecution> ModelExecutor::RunStep(const v1::RankStep& step) {
   }
   ASSIGN_OR_RETURN(const RankPlan plan, RankPlanFromRankStep(step));
   const RankPlan scaled = ScaledRankPlan(plan, options_.token_scale);
-  ASSIGN_OR_RETURN(const train::StepStats stats, trainer_->Step(scaled));
+  if (step.epoch() > epoch_) {
+    // No collective of an earlier epoch runs again: a new world.
+    groups_->EvictBefore(step.epoch());
+    epoch_ = step.epoch();
+  }
+  absl::StatusOr<train::StepStats> ran = trainer_->Step(scaled);
+  if (!ran.ok()) {
+    if (IsPeerFailure(ran.status())) groups_->EvictBefore(step.epoch() + 1);
+    return ran.status();
+  }
+  const train::StepStats& stats = *ran;
   StepExecution done;
   done.report = Report(step, plan, stats);
   done.loss = stats.loss;
   done.grad_norm = stats.grad_norm;
   done.tokens = stats.tokens;
+  done.weights_digest = trainer_->WeightsDigest();
+  done.start_digest = stats.start_digest;
   for (size_t m = 0; m < scaled.tasks.size(); ++m) {
     const RankTask& task = scaled.tasks[m];
     ExecutedTask& executed = done.tasks.emplace_back();
@@ -175,7 +204,13 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
     }
     const bool reports = group == nullptr || group->ranks(0) == options_.rank;
     for (int64_t length : request.lengths()) {
-      for (double recompute : request.recompute()) {
+      for (int i = 0; i < request.recompute_size(); ++i) {
+        const double recompute = request.recompute(i);
+        // Only the points whose tokens fit a GPU (one cap per ratio).
+        if (request.max_tokens_per_gpu_size() == request.recompute_size() &&
+            length > request.max_tokens_per_gpu(i) * p) {
+          continue;
+        }
         absl::StatusOr<v1::ProfileEntry> entry =
             ProfilePoint(request, group, length, recompute, sample++);
         if (!entry.ok()) {

@@ -43,7 +43,10 @@ struct ModelExecutorOptions {
   /// job must use the same.
   uint64_t seed = 0;
   double learning_rate = 1e-3;
-  /// Bound on forming a process group and on each of its collectives.
+  /// Bound on forming a process group and on each of its collectives; the
+  /// data-parallel group waits three times as long for its members (after
+  /// a peer failed, the others reach the new world's group when their own
+  /// waits on the dead peer end).
   absl::Duration group_timeout = absl::Seconds(120);
   /// Told how long each process group took to form
   /// (`ProcessGroups::Options::on_formed`). May be empty.
@@ -54,6 +57,11 @@ struct ModelExecutorOptions {
   /// when positive: 1 where several ranks share a host's cores. 0 leaves
   /// torch's own choice.
   int torch_threads = 0;
+  /// Pre-step states kept to undo steps a shrink abandoned after this rank
+  /// applied them (`train::RankTrainerOptions::history`): at least the
+  /// scheduler's --lookahead_steps (default 4). Each costs a copy of the
+  /// parameters and the AdamW moments.
+  int history = 8;
   /// What tasks and steps are timed on: the system clock when null; a
   /// `ProcessCpuClock` counts the rank's own work only, for ranks that
   /// share cores. Not owned.
@@ -98,11 +106,16 @@ class ModelExecutor {
   ModelExecutor(const ModelExecutor&) = delete;
   ModelExecutor& operator=(const ModelExecutor&) = delete;
 
-  /// Trains this rank's part of `step` (every rank of the world must run
-  /// the same step). INVALID_ARGUMENT naming the rank, step and task for a
-  /// plan the rank cannot run (the other ranks then fail ABORTED, none
-  /// takes the optimizer step); DEADLINE_EXCEEDED / UNAVAILABLE when a
-  /// peer is missing.
+  /// Trains this rank's part of `step` (every rank of the step's world,
+  /// `RankStep.world_ranks`, must run the same step). The first step of a
+  /// later epoch first aborts and releases the groups of the earlier ones
+  /// and makes the new world's state one (`RankTrainer::Step`).
+  /// INVALID_ARGUMENT naming the rank, step and task for a plan the rank
+  /// cannot run (the other ranks then fail ABORTED, none takes the
+  /// optimizer step); a peer failure (`IsPeerFailure`) when a peer is
+  /// missing: the step's epoch is then given up, its groups aborted (the
+  /// peers' collectives on them fail at once) and its later steps refused
+  /// FAILED_PRECONDITION.
   absl::StatusOr<StepExecution> RunStep(const v1::RankStep& step);
 
   /// The profile grid on this rank: for each group size of `request` (in
@@ -132,7 +145,15 @@ class ModelExecutor {
   const ModelExecutorOptions options_;
   const std::unique_ptr<ProcessGroups> groups_;
   const std::unique_ptr<train::RankTrainer> trainer_;
+  // The epoch of the last step run: its groups are the ones held.
+  int64_t epoch_ = 0;
 };
+
+/// Whether a step's error says a peer or the network is gone (UNAVAILABLE,
+/// DEADLINE_EXCEEDED, INTERNAL or CANCELLED from a collective), rather than
+/// a plan this rank or another could not run: the weights are those before
+/// the step, and a new world can go on from them.
+bool IsPeerFailure(const absl::Status& status);
 
 }  // namespace dcp
 

@@ -101,6 +101,8 @@ TEST(ModelExecutorTest, ReportsThePlansTokensAndTheScaledRun) {
   EXPECT_EQ(step["kind"], "step");
   EXPECT_EQ(step["loss"].get<double>(), done->loss);
   EXPECT_EQ(step["tokens"].get<int64_t>(), done->tokens);
+  EXPECT_EQ(step["weights"].get<std::string>().size(), 16u);
+  EXPECT_EQ(step["weights"], done->weights_digest);
 }
 
 TEST(ModelExecutorTest, RefusesPlansItCannotRunNamingRankStepAndTask) {
@@ -168,6 +170,16 @@ TEST(ModelExecutorTest, ProfilesTheGridWithPeakMemory) {
   EXPECT_GT(profile->entries(2).memory_bytes(), 0);
   EXPECT_LT(profile->entries(3).memory_bytes(),
             profile->entries(2).memory_bytes());
+
+  // One cap per ratio: 1024 tokens fit a GPU only at r = 1.
+  request.add_max_tokens_per_gpu(512);
+  request.add_max_tokens_per_gpu(1024);
+  absl::StatusOr<v1::Profile> capped = executor->RunProfile(request);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  ASSERT_EQ(capped->entries_size(), 3);
+  EXPECT_EQ(capped->entries(2).length(), 1024);
+  EXPECT_EQ(capped->entries(2).recompute(), 1);
+  request.clear_max_tokens_per_gpu();
 
   request.add_group_sizes(3);  // Does not divide the 4 heads.
   EXPECT_THAT(std::string(executor->RunProfile(request).status().message()),

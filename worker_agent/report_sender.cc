@@ -30,7 +30,13 @@ ReportSender::ReportSender(v1::Scheduler::Stub* stub,
     : stub_(stub),
       registration_(registration),
       options_(std::move(options)),
-      clock_(options_.clock) {}
+      clock_(options_.clock) {
+  if (options_.spool == nullptr || options_.spool->recovered().empty()) return;
+  absl::MutexLock lock(&mu_);
+  kept_.assign(options_.spool->recovered().begin(),
+               options_.spool->recovered().end());
+  resender_ = std::thread([this] { ResendKept(); });
+}
 
 absl::Status ReportSender::CheckRank(const v1::TimingReport& report) const {
   if (report.rank() == options_.rank) return absl::OkStatus();
@@ -302,6 +308,11 @@ absl::Status ReportSender::Keep(const v1::TimingReport& report,
         " reports wait for it already (the agent's max_pending_reports); "
         "step ", report.step(), ": ", status.message()));
   }
+  if (options_.spool != nullptr) {
+    if (absl::Status spooled = options_.spool->Append(report); !spooled.ok()) {
+      return spooled;
+    }
+  }
   kept_.push_back(report);
   if (!resender_.joinable()) {
     resender_ = std::thread([this] { ResendKept(); });
@@ -309,7 +320,18 @@ absl::Status ReportSender::Keep(const v1::TimingReport& report,
   return absl::OkStatus();
 }
 
+bool ReportSender::AwaitFirstRegistration() {
+  absl::MutexLock lock(&mu_);
+  while (registration_->count() == 0) {
+    if (cancelled_) return false;
+    clock_->AwaitWithTimeout(&mu_, absl::Condition(&cancelled_),
+                             options_.initial_backoff);
+  }
+  return true;
+}
+
 void ReportSender::ResendKept() {
+  if (!AwaitFirstRegistration()) return;
   Backoff backoff(options_.initial_backoff, options_.max_backoff);
   while (true) {
     v1::TimingReport report;
@@ -329,6 +351,10 @@ void ReportSender::ResendKept() {
     if (!again) {
       // Taken, or refused for good (a stale epoch): not kept either way.
       kept_.pop_front();
+      // One not settled is sent again after a restart: ALREADY_EXISTS.
+      if (options_.spool != nullptr) {
+        options_.spool->SettleOldest().IgnoreError();
+      }
       backoff.Reset();
       continue;
     }

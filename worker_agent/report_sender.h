@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "worker_agent/registration.h"
+#include "worker_agent/report_spool.h"
 #include "worker_agent/report_stream.h"
 
 namespace dcp {
@@ -38,6 +39,10 @@ struct ReportSenderOptions {
   /// `ReportAsync` reports kept while the scheduler is unreachable, at most
   /// (see the class comment).
   int max_pending_reports = 1024;
+  /// Where kept reports are also written, so they outlive the agent: the
+  /// ones it recovered are kept first, at construction. Null: memory only.
+  /// Not owned; must outlive the sender.
+  ReportSpool* spool = nullptr;
 };
 
 /// Sends the rank's timing reports: on the open report stream (opened again
@@ -56,7 +61,10 @@ struct ReportSenderOptions {
 /// sender's, started with the first such report, delivers the kept ones in
 /// order through `Report`, backing off while the scheduler stays away.
 /// Past the bound, RESOURCE_EXHAUSTED. Kept reports not delivered by
-/// `Cancel` are lost (`pending()` says how many).
+/// `Cancel` are lost (`pending()` says how many), unless a `spool` holds
+/// them: then a report is kept only once written there (else the spool's
+/// error is the answer), settled there once delivered, and an agent
+/// started again on the spool delivers them.
 ///
 /// Thread-safe. Borrows the stub and the registration, which must outlive
 /// it. Shut down in order: `Cancel` (refuse, end back-offs), `CloseStreams`
@@ -131,6 +139,10 @@ class ReportSender {
       ABSL_LOCKS_EXCLUDED(mu_);
   /// The resend thread's loop.
   void ResendKept() ABSL_LOCKS_EXCLUDED(mu_);
+  /// Waits until the rank has registered (a scheduler refuses the reports
+  /// of a rank it does not know: the spool's are sent from construction
+  /// on); false after `Cancel`.
+  bool AwaitFirstRegistration() ABSL_LOCKS_EXCLUDED(mu_);
 
   v1::Scheduler::Stub* const stub_;
   Registration* const registration_;

@@ -33,6 +33,10 @@ std::string FormatExecutionLog(const v1::RankStep& step,
                          {"loss", execution.loss},
                          {"grad_norm", execution.grad_norm},
                          {"tokens", execution.tokens}};
+  if (!execution.weights_digest.empty()) {
+    line["weights"] = execution.weights_digest;
+    line["start_weights"] = execution.start_digest;
+  }
   absl::StrAppend(&out, line.dump(), "\n");
   return out;
 }

@@ -36,6 +36,13 @@ struct StepExecution {
   double grad_norm = 0;
   /// Real tokens the world ran in the step (after the token scale).
   int64_t tokens = 0;
+  /// A digest of the weights after the step (FNV-1a over the parameters'
+  /// bytes, in hex): the same on every rank of a world that agrees; empty
+  /// when nothing was trained (simulate mode).
+  std::string weights_digest;
+  /// The same when the step began (after a new epoch's state was made
+  /// one), empty in simulate mode.
+  std::string start_digest;
 };
 
 /// The execute-mode log of a step, JSON Lines: one line per task,
@@ -44,9 +51,11 @@ struct StepExecution {
 ///    "seconds":X}
 /// then one line for the step,
 ///   {"kind":"step","step":S,"epoch":E,"rank":R,"tasks":N,"seconds":X,
-///    "sync_seconds":Y,"loss":L,"grad_norm":G,"tokens":T}
+///    "sync_seconds":Y,"loss":L,"grad_norm":G,"tokens":T
+///    [,"weights":D,"start_weights":D0]}
 /// with "seconds" the sum of the tasks' (a rank with no task in a step
-/// still logs the step line).
+/// still logs the step line), "weights" and "start_weights" the
+/// `weights_digest` and `start_digest` when there are some.
 std::string FormatExecutionLog(const v1::RankStep& step,
                                const StepExecution& execution);
 

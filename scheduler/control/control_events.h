@@ -91,6 +91,8 @@ struct ResumeEvent {
   /// The job's session, kept across the restart.
   std::string session_id;
   int64_t epoch = 0;
+  /// The epoch's ranks (every rank unless a shrink left some out).
+  std::vector<int> members;
   /// Steps every rank reported before the restart.
   int64_t completed_steps = 0;
   /// Steps planned before the restart; those from `completed_steps` on are

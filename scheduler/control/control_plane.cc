@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "scheduler/control/job_journal.h"
 #include "scheduler/control/step_stats.h"
 #include "scheduler/planner/plan_proto.h"
 
@@ -84,8 +85,8 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
     if (o.profile_timeout <= absl::ZeroDuration()) {
       return bad("profile_timeout must be positive");
     }
-    if (o.profile_lengths.empty() || o.profile_recompute.empty()) {
-      return bad("profile_lengths and profile_recompute must not be empty");
+    if (o.profile_recompute.empty()) {
+      return bad("profile_recompute must not be empty");
     }
     for (int64_t length : o.profile_lengths) {
       if (length <= 0) return bad("profile_lengths must be positive");
@@ -97,14 +98,6 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
     if (o.profile_repetitions < 1) {
       return bad("profile_repetitions must be at least 1");
     }
-  }
-  if (o.rank_timeout > absl::ZeroDuration() &&
-      o.on_rank_failure == RankFailurePolicy::kShrink &&
-      o.state_store != nullptr) {
-    return bad(
-        "on_rank_failure=shrink cannot be combined with a state store yet: "
-        "the new epoch and the steps served again would not survive a "
-        "restart (use hold, or no --state_dir)");
   }
   if (absl::StrContains(o.session_id, '/')) {
     return bad(
@@ -122,9 +115,12 @@ ReportLedgerOptions LedgerOptions(const ControlPlaneOptions& o) {
 
 ProfileStageOptions ProfileOptions(const ControlPlaneOptions& o,
                                    const std::string& session_id) {
-  return {o.profile_at_start, o.profile_timeout,       session_id,
-          o.world_size,       o.cluster.gpus_per_node, o.model.heads,
-          o.profile_lengths,  o.profile_recompute,     o.profile_repetitions};
+  ProfileStageOptions profile{
+      o.profile_at_start, o.profile_timeout,       session_id,
+      o.world_size,       o.cluster.gpus_per_node, o.model.heads,
+      o.profile_lengths,  o.profile_recompute,     o.profile_repetitions};
+  CompleteProfileGrid(InitialModel(o), o.window, profile);
+  return profile;
 }
 
 StepWindowOptions WindowOptions(const ControlPlaneOptions& o,
@@ -142,69 +138,6 @@ KvStoreOptions StoreOptions(const ControlPlaneOptions& o,
                             const std::string& session_id) {
   return {session_id, o.store_max_key_bytes, o.store_max_value_bytes,
           o.store_max_keys, o.store_max_total_bytes};
-}
-
-/// FNV-1a over the lengths' 32-bit little-endian bytes: stable across
-/// builds and hosts, unlike absl::Hash.
-uint64_t LengthsDigest(const std::vector<int32_t>& lengths) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (int32_t length : lengths) {
-    const uint32_t v = static_cast<uint32_t>(length);
-    for (int i = 0; i < 4; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 0x100000001b3ULL;
-    }
-  }
-  return h;
-}
-
-std::string ModelText(const ModelSpec& m) {
-  return absl::StrCat(m.name, " layers=", m.layers, " hidden=", m.hidden,
-                      " heads=", m.heads, " kv_heads=", m.kv_heads,
-                      " ffn=", m.ffn, " vocab=", m.vocab,
-                      " causal=", m.causal ? 1 : 0);
-}
-
-state::CostModelState ModelState(const CostModel& model, int64_t refits) {
-  const CostModel::Coefficients& c = model.coefficients();
-  state::CostModelState out;
-  out.set_lin(c.lin);
-  out.set_gemm_half(c.gemm_half);
-  out.set_attn(c.attn);
-  out.set_attn_half(c.attn_half);
-  out.set_a2a_byte_intra(c.a2a_byte_intra);
-  out.set_a2a_fixed_intra(c.a2a_fixed_intra);
-  out.set_a2a_byte_inter(c.a2a_byte_inter);
-  out.set_a2a_fixed_inter(c.a2a_fixed_inter);
-  out.set_fixed(c.fixed);
-  out.set_grad_sync(c.grad_sync);
-  out.set_mem_static(c.mem_static);
-  out.set_mem_token(c.mem_token);
-  out.set_mem_token_recompute(c.mem_token_recompute);
-  out.set_mem_token_base(c.mem_token_base);
-  out.set_refits(refits);
-  return out;
-}
-
-/// `stored`'s coefficients on `like`'s model, memory cap and node size.
-CostModel ModelFromState(const state::CostModelState& stored,
-                         const CostModel& like) {
-  CostModel::Coefficients c;
-  c.lin = stored.lin();
-  c.gemm_half = stored.gemm_half();
-  c.attn = stored.attn();
-  c.attn_half = stored.attn_half();
-  c.a2a_byte_intra = stored.a2a_byte_intra();
-  c.a2a_fixed_intra = stored.a2a_fixed_intra();
-  c.a2a_byte_inter = stored.a2a_byte_inter();
-  c.a2a_fixed_inter = stored.a2a_fixed_inter();
-  c.fixed = stored.fixed();
-  c.grad_sync = stored.grad_sync();
-  c.mem_static = stored.mem_static();
-  c.mem_token = stored.mem_token();
-  c.mem_token_recompute = stored.mem_token_recompute();
-  c.mem_token_base = stored.mem_token_base();
-  return CostModel(c, like.model(), like.memory_cap(), like.gpus_per_node());
 }
 
 /// The identity of the job `o` describes, as a state store keeps it
@@ -252,10 +185,8 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(
   RETURN_IF_ERROR(cp->BuildPlanner());
   if (resume) {
     RETURN_IF_ERROR(cp->Resume(*durable));
-  } else if (cp->state_ != nullptr) {
-    state::StateRecord job;
-    *job.mutable_job() = JobIdentityOf(cp->options_);
-    RETURN_IF_ERROR(cp->Persist(job, "the job"));
+  } else {
+    RETURN_IF_ERROR(cp->journal_.WriteJob(JobIdentityOf(cp->options_)));
   }
   if (cp->options_.start_planner_thread) {
     cp->planner_thread_ = std::thread([raw = cp.get()] { raw->PlannerLoop(); });
@@ -295,34 +226,25 @@ absl::Status ControlPlane::ReplacePlanner(int ranks) {
 }
 
 void ControlPlane::CheckRanks() {
-  std::optional<RankFailureEvent> event = window_.CheckLiveness();
+  std::optional<RankFailureEvent> event;
+  {
+    // Under plan_mu_: a shrink never lands between planning a step and
+    // keeping it.
+    absl::MutexLock lock(&plan_mu_);
+    event = window_.CheckLiveness([this](const EpochChange& change) {
+      return journal_.WriteWorldChange(change);
+    });
+  }
   if (event.has_value() && options_.on_rank_event) {
     options_.on_rank_event(*event);
   }
 }
 
-absl::Status ControlPlane::ReplayBuilder(const DurableState& durable) {
-  absl::MutexLock lock(&plan_mu_);
-  for (int64_t step = 0; step < durable.planned_steps(); ++step) {
-    ASSIGN_OR_RETURN(std::vector<int64_t> samples, builder_->NextStep());
-    if (step < durable.completed_steps) continue;
-    const v1::StepPlan& plan =
-        durable.steps[step - durable.completed_steps].plan;
-    std::vector<int64_t> kept(plan.samples().begin(), plan.samples().end());
-    std::sort(kept.begin(), kept.end());
-    std::sort(samples.begin(), samples.end());
-    if (kept != samples) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the kept plan of step ", step,
-          " has other samples than the step builder draws for it: the "
-          "state is not this job's (or another dcp version's)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ControlPlane::Resume(const DurableState& durable) {
-  RETURN_IF_ERROR(ReplayBuilder(durable));
+  {
+    absl::MutexLock lock(&plan_mu_);
+    RETURN_IF_ERROR(ReplayStepBuilder(durable, *builder_));
+  }
   if (durable.model.has_value()) {
     ledger_.RestoreModel(ModelFromState(*durable.model, InitialModel(options_)),
                          durable.model->refits());
@@ -332,13 +254,23 @@ absl::Status ControlPlane::Resume(const DurableState& durable) {
     absl::MutexLock lock(&plan_mu_);
     ledger_.ModelIfNewer(&persisted_model_version_);
   }
-  std::vector<v1::StepPlan> plans;
-  for (const DurableState::Step& step : durable.steps) {
-    plans.push_back(step.plan);
-  }
-  RETURN_IF_ERROR(window_.Restore(durable.epoch, durable.completed_steps,
-                                  std::move(plans)));
+  RETURN_IF_ERROR(window_.Restore(WindowStateOf(durable)));
   ResumeEvent event;
+  RETURN_IF_ERROR(ReplayReports(durable, event.reports));
+  for (const auto& [key, value] : durable.store) store_.Restore(key, value);
+  event.session_id = session_id_;
+  event.epoch = durable.epoch;
+  event.members = durable.members;
+  event.completed_steps = durable.completed_steps;
+  event.planned_steps = durable.planned_steps();
+  event.refits = durable.model.has_value() ? durable.model->refits() : 0;
+  event.store_keys = static_cast<int64_t>(durable.store.size());
+  if (options_.on_resumed) options_.on_resumed(event);
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::ReplayReports(const DurableState& durable,
+                                         int64_t& replayed) {
   for (const DurableState::Step& step : durable.steps) {
     for (const v1::TimingReport& report : step.reports) {
       absl::StatusOr<RecordedTimings> recorded = window_.ReplayTimings(report);
@@ -349,50 +281,19 @@ absl::Status ControlPlane::Resume(const DurableState& durable) {
             " does not fit its plan: ", recorded.status().message()));
       }
       TakeRecorded(*std::move(recorded));
-      ++event.reports;
+      ++replayed;
     }
   }
-  for (const auto& [key, value] : durable.store) store_.Restore(key, value);
-  event.session_id = session_id_;
-  event.epoch = durable.epoch;
-  event.completed_steps = durable.completed_steps;
-  event.planned_steps = durable.planned_steps();
-  event.refits = durable.model.has_value() ? durable.model->refits() : 0;
-  event.store_keys = static_cast<int64_t>(durable.store.size());
-  if (options_.on_resumed) options_.on_resumed(event);
   return absl::OkStatus();
 }
 
-absl::Status ControlPlane::Persist(const state::StateRecord& record,
-                                   absl::string_view what) {
-  if (state_ == nullptr) return absl::OkStatus();
-  absl::Status written = state_->Write(record);
-  if (written.ok()) return written;
-  return absl::Status(
-      written.code(),
-      absl::StrCat("cannot make ", what, " durable: ", written.message()));
-}
-
-absl::Status ControlPlane::PersistPlan(v1::StepPlan& plan) {
-  if (state_ == nullptr) return absl::OkStatus();
-  // Swapped, not copied, through the record.
-  state::StateRecord record;
-  record.mutable_planned_step()->Swap(&plan);
-  absl::Status kept = Persist(
-      record, absl::StrCat("the plan of step ", record.planned_step().step()));
-  plan.Swap(record.mutable_planned_step());
-  return kept;
-}
-
 absl::Status ControlPlane::PersistModelIfNewer() {
-  if (state_ == nullptr) return absl::OkStatus();
+  if (!journal_.durable()) return absl::OkStatus();
   absl::MutexLock lock(&plan_mu_);
   std::optional<CostModel> model =
       ledger_.ModelIfNewer(&persisted_model_version_);
   if (!model.has_value()) return absl::OkStatus();
-  state::StateRecord record;
-  *record.mutable_model() = ModelState(*model, ledger_.refits());
-  absl::Status written = Persist(record, "the refitted cost model");
+  absl::Status written = journal_.WriteModel(*model, ledger_.refits());
   if (!written.ok()) window_.FailPlanning(written);
   return written;
 }
@@ -405,7 +306,7 @@ ControlPlane::ControlPlane(ControlPlaneOptions options)
       limits_{options_.world_size, options_.cluster.gpus_per_node,
               options_.max_task_seconds},
       clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
-      state_(options_.state_store),
+      journal_(options_.state_store),
       ledger_(LedgerOptions(options_)),
       refits_(InitialModel(options_), options_.prior_weight, &ledger_,
               options_.on_refit),
@@ -513,6 +414,14 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
           ledger_.ModelIfNewer(&planner_model_version_)) {
     planner_->set_cost_model(*std::move(model));
   }
+  // A new world is durable before any plan of it.
+  if (next->grows) {
+    if (absl::Status kept = journal_.WriteWorldChange(next->GrowChange());
+        !kept.ok()) {
+      window_.FailPlanning(kept);
+      return kept;
+    }
+  }
   const absl::Time start = clock_->Now();
   // A step a shrink abandoned is trained again before new samples.
   absl::StatusOr<std::vector<int64_t>> samples =
@@ -532,7 +441,7 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
   const absl::Duration planning_time = clock_->Now() - start;
   proto.set_planned_at_unix_micros(absl::ToUnixMicros(clock_->Now()));
   // Durable before any stream can see it.
-  if (absl::Status kept = PersistPlan(proto); !kept.ok()) {
+  if (absl::Status kept = journal_.WritePlan(proto); !kept.ok()) {
     window_.FailPlanning(kept);
     return kept;
   }
@@ -620,15 +529,11 @@ bool ControlPlane::TakeRecorded(RecordedTimings recorded) {
 
 absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
     const v1::TimingReport& report) {
-  if (state_ != nullptr) {
+  if (journal_.durable()) {
     // Durable before it counts. A retry racing this call may be written
     // too; the state keeps one report a rank.
     RETURN_IF_ERROR(window_.CheckTimings(report));
-    state::StateRecord record;
-    *record.mutable_report() = report;
-    RETURN_IF_ERROR(
-        Persist(record, absl::StrCat("the report of rank ", report.rank(),
-                                     " for step ", report.step())));
+    RETURN_IF_ERROR(journal_.WriteReport(report));
   }
   ASSIGN_OR_RETURN(RecordedTimings recorded, window_.RecordTimings(report));
   const int64_t planned_steps = recorded.planned_steps;
@@ -676,13 +581,10 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportProfile(
 absl::Status ControlPlane::StoreSet(absl::string_view session_id,
                                     absl::string_view key,
                                     absl::string_view value) {
-  if (state_ != nullptr) {
+  if (journal_.durable()) {
     // Durable before any StoreGet sees it.
     RETURN_IF_ERROR(store_.Check(session_id, key, value));
-    state::StateRecord record;
-    record.mutable_store_set()->set_key(std::string(key));
-    record.mutable_store_set()->set_value(std::string(value));
-    RETURN_IF_ERROR(Persist(record, absl::StrCat("the store key '", key, "'")));
+    RETURN_IF_ERROR(journal_.WriteStoreSet(key, value));
   }
   return store_.Set(session_id, key, value);
 }
@@ -694,10 +596,8 @@ absl::StatusOr<std::vector<std::string>> ControlPlane::StoreGet(
 
 int64_t ControlPlane::PurgeStoreBefore(int64_t epoch) {
   const int64_t purged = store_.PurgeBefore(epoch);
-  state::StateRecord record;
-  record.set_store_purge_before(epoch);
   // Lost, it only brings stale keys back after a restart.
-  Persist(record, "a purge of the store").IgnoreError();
+  journal_.WriteStorePurge(epoch).IgnoreError();
   return purged;
 }
 

@@ -20,6 +20,7 @@
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 #include "scheduler/control/control_events.h"
+#include "scheduler/control/job_journal.h"
 #include "scheduler/control/kv_store.h"
 #include "scheduler/control/profile_stage.h"
 #include "scheduler/control/refit_driver.h"
@@ -88,7 +89,9 @@ struct ControlPlaneOptions {
   /// are every p <= min(world_size, gpus_per_node) dividing both the
   /// model's heads and the world; groups are the aligned blocks
   /// [k*p, (k+1)*p).
-  std::vector<int64_t> profile_lengths = {256, 1024, 4096};
+  /// Empty lengths: `DefaultProfileLengths(window)`; a length is measured
+  /// only on groups whose GPUs hold it (`CompleteProfileGrid`).
+  std::vector<int64_t> profile_lengths;
   std::vector<double> profile_recompute = {0.0, 1.0};
   int profile_repetitions = 2;
   /// Completed steps whose predicted-vs-measured error is averaged.
@@ -144,9 +147,9 @@ struct ControlPlaneOptions {
   /// default here; dcp-scheduler's --rank_timeout defaults to 60 s).
   absl::Duration rank_timeout = absl::ZeroDuration();
   /// What a failure does: hold the job until the rank returns, or shrink
-  /// the world (see `StepWindow::CheckLiveness`). Shrink cannot be combined
-  /// with `state_store` yet (INVALID_ARGUMENT): the epoch change and the
-  /// re-served steps are not made durable.
+  /// the world (see `StepWindow::CheckLiveness`). With `state_store`, each
+  /// shrink and grow is made durable before any plan of its epoch (see the
+  /// class comment).
   RankFailurePolicy on_rank_failure = RankFailurePolicy::kHold;
   /// Called when ranks are declared failed (on the planner thread) and
   /// when a failed rank registers again (on the registering thread),
@@ -226,13 +229,19 @@ struct ControlPlaneOptions {
 ///     implies the report is durable);
 ///   - a rendezvous key, before `StoreSet` returns and any `StoreGet` sees
 ///     it;
-///   - the cost model after each refit, before the next step is planned.
+///   - the cost model after each refit, before the next step is planned;
+///   - a change of the world under shrink (its epoch, ranks, the abandoned
+///     steps and their samples), before a late report of an abandoned step
+///     is answered `discarded` and before any plan of the new epoch.
 /// `Start` on a store holding a job checks that it is this job
 /// (`CheckSameJob`: the lengths, window, batch, seed, world and model) and
 /// resumes it: the same session id; the step builder replayed to where it
 /// was (checked against the kept plans' samples); the steps planned but not
 /// completed kept exactly as planned and their reports recorded again, so
-/// `Register` tells each rank the first step it has not reported; the cost
+/// `Register` tells each rank the first step it has not reported; the
+/// epoch and its ranks (ranks a shrink left out count as failed until they
+/// register, which grows the world again), the abandoned steps (their late
+/// reports still `discarded`) and those still to re-serve; the cost
 /// model and the rendezvous keys restored; no start-up profile once steps
 /// were planned; `max_steps` counting the job's steps. What is not kept:
 /// registrations (agents register again), the observation, step-error
@@ -405,16 +414,9 @@ class ControlPlane {
   void CheckRanks();
   /// Resumes the job `durable` holds (see the class comment).
   absl::Status Resume(const DurableState& durable);
-  /// Replays the step builder through the `durable` steps planned, checking
-  /// the kept ones' samples.
-  absl::Status ReplayBuilder(const DurableState& durable);
-  /// Writes `record` to the state store (when there is one); the error
-  /// says what could not be kept.
-  absl::Status Persist(const state::StateRecord& record,
-                       absl::string_view what);
-  /// Writes a step's plan (on the planner thread, before the window keeps
-  /// it); `plan` is unchanged on return.
-  absl::Status PersistPlan(v1::StepPlan& plan);
+  /// Records the kept steps' reports again; adds their count to
+  /// `replayed`.
+  absl::Status ReplayReports(const DurableState& durable, int64_t& replayed);
   /// Writes the ledger's model if it changed since last written; a failure
   /// stops planning.
   absl::Status PersistModelIfNewer() ABSL_LOCKS_EXCLUDED(plan_mu_);
@@ -426,7 +428,9 @@ class ControlPlane {
   const ReportLimits limits_;
   RealClock real_clock_;
   Clock* const clock_;
-  StateStoreInterface* const state_;
+  /// Makes effects durable before they leave (keeps nothing without a
+  /// state store).
+  const JobJournal journal_;
 
   // The parts; each has its own lock (see the class comment).
   ReportLedger ledger_;

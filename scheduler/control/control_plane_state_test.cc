@@ -176,6 +176,44 @@ class ControlPlaneStateTest : public ::testing::Test {
     return {status.coefficients().begin(), status.coefficients().end()};
   }
 
+  /// `Options(store)` that shrink the world when a rank fails.
+  ControlPlaneOptions ShrinkOptions(StateStoreInterface* store) {
+    ControlPlaneOptions o = Options(store);
+    o.rank_timeout = absl::Seconds(10);
+    o.on_rank_failure = RankFailurePolicy::kShrink;
+    return o;
+  }
+
+  /// Every rank registers and opens its stream; steps 0..2 are planned,
+  /// step 0 is reported by all and step 3 planned, then rank 3's stream
+  /// ends and it is silent for the timeout: steps 1..3 are open. Returns
+  /// the plans of steps 1..3.
+  std::vector<v1::StepPlan> OpenThreeStepsThenLoseRank3(ControlPlane& cp) {
+    RegisterAll(cp);
+    std::vector<int64_t> streams;
+    for (int r = 0; r < kWorld; ++r) {
+      streams.push_back(*cp.OpenStream(r, cp.session_id(), 0, [] {}));
+    }
+    EXPECT_EQ(*cp.PlanAvailableSteps(), 3);
+    ReportStep(cp, 0, {0, 1, 2, 3});
+    EXPECT_EQ(*cp.PlanAvailableSteps(), 1);
+    std::vector<v1::StepPlan> open;
+    for (int64_t s = 1; s <= 3; ++s) open.push_back(*cp.PlannedStep(s));
+    cp.CloseStream(streams[3]);
+    clock_.Advance(absl::Seconds(10));
+    return open;
+  }
+
+  /// Whether a task or group of `plan` has rank `rank`.
+  static bool HasRank(const v1::StepPlan& plan, int rank) {
+    for (const v1::Task& task : plan.tasks()) {
+      for (int r : task.ranks()) {
+        if (r == rank) return true;
+      }
+    }
+    return false;
+  }
+
   FakeClock clock_{absl::FromUnixSeconds(1000)};
 };
 
@@ -464,6 +502,180 @@ TEST_F(ControlPlaneStateTest, MaxStepsCountsTheJobsStepsAcrossRestarts) {
       Pull(*cp, *cp->OpenStream(1, cp->session_id(), 0, [] {}), &drain).size(),
       3u);
   EXPECT_EQ(drain, 2);
+}
+
+// ------------------------------------------------- shrink across restarts
+
+/// What a shrunk job looked like when its scheduler crashed.
+struct ShrunkJob {
+  std::map<int64_t, v1::StepPlan> kept;
+  v1::StepPlan abandoned_step2;
+  v1::StatusResponse status;
+};
+
+TEST_F(ControlPlaneStateTest, AShrinkAndAGrowSurviveRestarts) {
+  const std::string dir = TmpDir("shrink");
+  ControlPlaneOptions options = ShrinkOptions(nullptr);
+  ShrunkJob before;
+  {
+    std::unique_ptr<FileStateStore> store = OpenStore(dir);
+    ASSERT_NE(store, nullptr);
+    options.state_store = store.get();
+    std::unique_ptr<ControlPlane> cp = Start(options);
+    ASSERT_NE(cp, nullptr);
+    const std::vector<v1::StepPlan> open = OpenThreeStepsThenLoseRank3(*cp);
+    before.abandoned_step2 = open[1];
+    // The shrink abandons steps 1..3; steps 4..6 re-serve them.
+    ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+    ReportStep(*cp, 4, {0, 1, 2});
+    ReportStep(*cp, 5, {0});
+    ASSERT_EQ(*cp->PlanAvailableSteps(), 1);  // step 7, new samples
+    for (int64_t s = 5; s <= 7; ++s) before.kept[s] = *cp->PlannedStep(s);
+    before.status = cp->Status();
+    ASSERT_EQ(before.status.epoch(), 1);
+  }
+
+  std::unique_ptr<FileStateStore> store = OpenStore(dir);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->recovery().dropped_bytes, 0);
+  std::vector<ResumeEvent> resumed;
+  options.state_store = store.get();
+  options.on_resumed = [&resumed](const ResumeEvent& e) {
+    resumed.push_back(e);
+  };
+  std::unique_ptr<ControlPlane> cp = Start(options);
+  ASSERT_NE(cp, nullptr);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].epoch, 1);
+  EXPECT_EQ(resumed[0].members, (std::vector<int>{0, 1, 2}));
+  v1::StatusResponse status = cp->Status();
+  EXPECT_EQ(status.epoch(), 1);
+  EXPECT_EQ(status.epoch_world_size(), 3);
+  EXPECT_EQ(status.abandoned_steps(), 3);
+  EXPECT_EQ(status.planned_steps(), before.status.planned_steps());
+  EXPECT_EQ(status.completed_steps(), before.status.completed_steps());
+  EXPECT_FALSE(status.ranks(3).member());
+  EXPECT_TRUE(status.ranks(3).failed());
+  for (const auto& [step, plan] : before.kept) {
+    absl::StatusOr<v1::StepPlan> now = cp->PlannedStep(step);
+    ASSERT_TRUE(now.ok()) << now.status();
+    EXPECT_TRUE(MessageDifferencer::Equals(*now, plan)) << "step " << step;
+  }
+  for (int r = 0; r < 3; ++r) {
+    absl::StatusOr<v1::RegisterResponse> hello = cp->Register(Hello(r));
+    ASSERT_TRUE(hello.ok()) << hello.status();
+    EXPECT_EQ(hello->epoch(), 1);
+    EXPECT_EQ(hello->next_step(), r == 0 ? 6 : 5) << "rank " << r;
+  }
+  // The new epoch's steps still tell where the shrink's abandoned steps
+  // began.
+  const std::map<int64_t, v1::RankStep> served =
+      Pull(*cp, *cp->OpenStream(0, cp->session_id(), 6, [] {}));
+  ASSERT_EQ(served.count(7), 1u);
+  EXPECT_TRUE(served.at(7).has_abandoned_from());
+  EXPECT_EQ(served.at(7).abandoned_from(), 1);
+  // A late report of an abandoned step is still discarded.
+  absl::StatusOr<v1::ReportAck> late =
+      cp->ReportTimings(Report(RankView(before.abandoned_step2, 1)));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->discarded());
+  // The step builder goes on where it was: step 7 drew its 5th step.
+  EXPECT_EQ(Sorted(before.kept[7]), BuilderStep(options, 4));
+
+  // Rank 3 returns: the next step is planned for all four, epoch 2.
+  ASSERT_TRUE(cp->Register(Hello(3)).ok());
+  ReportStep(*cp, 5, {1, 2});
+  ReportStep(*cp, 6, {0, 1, 2});
+  ASSERT_GE(*cp->PlanAvailableSteps(), 1);
+  const v1::StepPlan step8 = *cp->PlannedStep(8);
+  EXPECT_EQ(step8.epoch(), 2);
+  EXPECT_TRUE(HasRank(step8, 3));
+  EXPECT_EQ(Sorted(step8), BuilderStep(options, 5));
+  cp.reset();
+  store.reset();
+
+  store = OpenStore(dir);
+  ASSERT_NE(store, nullptr);
+  options.state_store = store.get();
+  cp = Start(options);
+  ASSERT_NE(cp, nullptr);
+  status = cp->Status();
+  EXPECT_EQ(status.epoch(), 2);
+  EXPECT_EQ(status.epoch_world_size(), 4);
+  EXPECT_TRUE(status.ranks(3).member());
+  EXPECT_TRUE(MessageDifferencer::Equals(*cp->PlannedStep(8), step8));
+  // Step 7 is still epoch 1's, without rank 3.
+  ASSERT_TRUE(cp->Register(Hello(3)).ok());
+  const absl::Status outsider =
+      cp->ReportTimings(Report(RankView(before.kept[7], 3))).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(outsider)) << outsider;
+  EXPECT_THAT(outsider.message(), HasSubstr("not in the world of step 7"));
+}
+
+TEST_F(ControlPlaneStateTest, ARestartBeforeTheNewEpochsFirstPlanReservesAlike) {
+  FakeStateStore store;
+  ControlPlaneOptions options = ShrinkOptions(&store);
+  std::unique_ptr<ControlPlane> cp = Start(options);
+  ASSERT_NE(cp, nullptr);
+  OpenThreeStepsThenLoseRank3(*cp);
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  std::vector<v1::StepPlan> replanned;
+  for (int64_t s = 4; s <= 6; ++s) replanned.push_back(*cp->PlannedStep(s));
+  cp.reset();
+
+  // The crash came right after the epoch record: no plan of epoch 1 yet.
+  DurableState at_change;
+  bool changed = false;
+  for (const state::StateRecord& record : store.written()) {
+    ASSERT_TRUE(ApplyStateRecord(record, &at_change).ok());
+    if ((changed = record.has_world_change())) break;
+  }
+  ASSERT_TRUE(changed) << "the shrink wrote no world change";
+  ASSERT_EQ(at_change.planned_steps(), 4);
+  FakeStateStore restarted(at_change);
+  options.state_store = &restarted;
+  cp = Start(options);
+  ASSERT_NE(cp, nullptr);
+  EXPECT_EQ(cp->Status().epoch(), 1);
+  EXPECT_EQ(cp->Status().abandoned_steps(), 3);
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  for (int64_t s = 4; s <= 6; ++s) {
+    const v1::StepPlan plan = *cp->PlannedStep(s);
+    EXPECT_EQ(plan.epoch(), 1) << "step " << s;
+    EXPECT_EQ(Sorted(plan), Sorted(replanned[s - 4])) << "step " << s;
+    EXPECT_FALSE(HasRank(plan, 3)) << "step " << s;
+  }
+}
+
+TEST_F(ControlPlaneStateTest, ATornEpochRecordIsCutAndTheOldWorldResumes) {
+  const std::string dir = TmpDir("torn-epoch");
+  {
+    std::unique_ptr<FileStateStore> store = OpenStore(dir);
+    ASSERT_NE(store, nullptr);
+    std::unique_ptr<ControlPlane> cp = Start(ShrinkOptions(store.get()));
+    ASSERT_NE(cp, nullptr);
+    OpenThreeStepsThenLoseRank3(*cp);
+    cp->Drain(/*stop=*/false);  // nothing is planned after the shrink
+    ASSERT_EQ(*cp->PlanAvailableSteps(), 0);
+    ASSERT_EQ(cp->Status().epoch(), 1);
+  }
+  const std::string path = FileStateStore::LogPath(dir);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  ASSERT_EQ(truncate(path.c_str(), st.st_size - 10), 0);
+
+  std::unique_ptr<FileStateStore> store = OpenStore(dir);
+  ASSERT_NE(store, nullptr);
+  EXPECT_GT(store->recovery().dropped_bytes, 0);
+  EXPECT_THAT(store->recovery().tail_problem, HasSubstr("torn"));
+  std::unique_ptr<ControlPlane> cp = Start(ShrinkOptions(store.get()));
+  ASSERT_NE(cp, nullptr);
+  const v1::StatusResponse status = cp->Status();
+  EXPECT_EQ(status.epoch(), 0);
+  EXPECT_EQ(status.epoch_world_size(), kWorld);
+  EXPECT_EQ(status.abandoned_steps(), 0);
+  EXPECT_EQ(status.planned_steps(), 4);
+  EXPECT_TRUE(cp->PlannedStep(3).ok());
 }
 
 }  // namespace

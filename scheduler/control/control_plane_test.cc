@@ -722,7 +722,7 @@ TEST_F(ControlPlaneTest, ProfileAtStartGatesPlanningUntilEveryRankAnswers) {
     EXPECT_EQ(request.epoch(), 0);
     EXPECT_EQ(std::vector<int64_t>(request.lengths().begin(),
                                    request.lengths().end()),
-              (std::vector<int64_t>{256, 1024, 4096}));
+              DefaultProfileLengths(32768));  // to the window
     // llama3-8b has 32 heads; 8 GPUs a node: every divisor of the world.
     EXPECT_EQ(std::vector<int>(request.group_sizes().begin(),
                                request.group_sizes().end()),
@@ -1003,17 +1003,6 @@ TEST_F(ControlPlaneTest, ShrinkReplansTheOpenStepsForTheRemainingRanks) {
   EXPECT_EQ(status.epoch_world_size(), kWorld - 1);
   EXPECT_EQ(status.abandoned_steps(), 3);
   EXPECT_EQ(status.on_rank_failure(), "shrink");
-}
-
-TEST_F(ControlPlaneTest, ShrinkIsRefusedWithAStateStore) {
-  ControlPlaneOptions o = Options();
-  o.rank_timeout = absl::Seconds(10);
-  o.on_rank_failure = RankFailurePolicy::kShrink;
-  FakeStateStore store;
-  o.state_store = &store;
-  const absl::Status refused = ControlPlane::Start(o).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.message(), HasSubstr("shrink"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "scheduler/control/profile_stage.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,33 @@ std::shared_ptr<const v1::PlanUpdate> RequestUpdate(
 
 }  // namespace
 
+std::vector<int64_t> DefaultProfileLengths(int64_t window) {
+  std::vector<int64_t> out;
+  for (int64_t length = 256; length < window; length *= 4) {
+    out.push_back(length);
+  }
+  out.push_back(std::max<int64_t>(window, 256));
+  return out;
+}
+
+void CompleteProfileGrid(const CostModel& model, int64_t window,
+                         ProfileStageOptions& options) {
+  if (options.lengths.empty()) options.lengths = DefaultProfileLengths(window);
+  options.max_tokens_per_gpu.clear();
+  for (double r : options.recompute) {
+    options.max_tokens_per_gpu.push_back(
+        static_cast<int64_t>(std::floor(model.MaxTokensPerGpu(r))));
+  }
+}
+
+bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
+                      int recompute_index) {
+  if (request.max_tokens_per_gpu_size() != request.recompute_size()) {
+    return true;
+  }
+  return length <= request.max_tokens_per_gpu(recompute_index) * p;
+}
+
 ProfileStage::ProfileStage(ProfileStageOptions options)
     : options_(std::move(options)),
       request_(RequestUpdate(options_)),
@@ -31,6 +59,9 @@ v1::ProfileRequest ProfileStage::MakeRequest(
   for (int64_t length : options.lengths) request.add_lengths(length);
   for (double r : options.recompute) request.add_recompute(r);
   request.set_repetitions(options.repetitions);
+  for (int64_t cap : options.max_tokens_per_gpu) {
+    request.add_max_tokens_per_gpu(cap);
+  }
   const int world = options.world_size;
   const int largest = std::min(world, options.gpus_per_node);
   int group_id = 1;

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "proto/scheduler_service.pb.h"
 #include "scheduler/control/control_events.h"
+#include "scheduler/planner/cost_model.h"
 
 namespace dcp {
 
@@ -28,11 +29,34 @@ struct ProfileStageOptions {
   int gpus_per_node = 8;
   /// The model's attention heads: a group size must divide them.
   int heads = 1;
-  /// The grid of the ProfileRequest (see `ControlPlaneOptions`).
+  /// The grid of the ProfileRequest (see `ControlPlaneOptions`);
+  /// `CompleteProfileGrid` fills an empty `lengths` for a window.
   std::vector<int64_t> lengths = {256, 1024, 4096};
   std::vector<double> recompute = {0.0, 1.0};
   int repetitions = 2;
+  /// One per `recompute` ratio, or empty (every point): a point (length,
+  /// group size p, recompute[i]) is measured only when length / p tokens
+  /// per GPU are at most max_tokens_per_gpu[i] (`ProfilePointFits`).
+  std::vector<int64_t> max_tokens_per_gpu;
 };
+
+/// The grid lengths that reach a context window: 256, 1024, ... (times 4)
+/// below `window`, then `window` itself (at least 256).
+std::vector<int64_t> DefaultProfileLengths(int64_t window);
+
+/// The scheduler's default grid, one rule for the control plane and for
+/// dcp-bench's simulated profile: empty `lengths` become
+/// `DefaultProfileLengths(window)`, and `max_tokens_per_gpu` what `model`
+/// says fits in memory at each recompute ratio, so that a long length is
+/// measured only on groups (and at ratios) that can hold it.
+void CompleteProfileGrid(const CostModel& model, int64_t window,
+                         ProfileStageOptions& options);
+
+/// Whether the agents measure `length` on groups of `p` ranks at the
+/// request's recompute ratio `recompute_index` (its `max_tokens_per_gpu`;
+/// the agents apply the same rule).
+bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
+                      int recompute_index);
 
 /// The start-up "data profile" stage: which ranks still owe an answer to
 /// the ProfileRequest, and when the stage ends (every rank answered, or
@@ -55,7 +79,7 @@ class ProfileStage {
 
   /// The ProfileRequest of epoch 0: every group size p <= min(world,
   /// gpus_per_node) dividing both the heads and the world, with the aligned
-  /// groups [k*p, (k+1)*p) of each p > 1.
+  /// groups [k*p, (k+1)*p) of each p > 1, and the per-GPU token cap.
   static v1::ProfileRequest MakeRequest(const ProfileStageOptions& options);
 
   /// The request as the message a plan stream sends (shared, not copied).

@@ -1,10 +1,12 @@
 #include "scheduler/control/profile_stage.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/model_spec.h"
 #include "gtest/gtest.h"
 
 namespace dcp {
@@ -58,6 +60,50 @@ TEST(ProfileStageTest, TheRequestCoversEveryGroupSizeThatDividesBoth) {
     }
   }
   EXPECT_EQ(request.groups_size(), i);
+}
+
+TEST(ProfileStageTest, TheDefaultLengthsReachTheWindow) {
+  EXPECT_EQ(DefaultProfileLengths(32768),
+            (std::vector<int64_t>{256, 1024, 4096, 16384, 32768}));
+  EXPECT_EQ(DefaultProfileLengths(4096),
+            (std::vector<int64_t>{256, 1024, 4096}));
+  EXPECT_EQ(DefaultProfileLengths(100), (std::vector<int64_t>{256}));
+}
+
+TEST(ProfileStageTest, TheDefaultGridAsksOnlyForPointsThatFit) {
+  const ModelSpec model = *BuiltinModel("llama3-70b");
+  const CostModel cost = CostModel::FromSpecs(ClusterSpec::H200(), model, 64);
+  ProfileStageOptions o = Options(64);
+  o.heads = model.heads;
+  o.lengths.clear();
+  CompleteProfileGrid(cost, 524288, o);
+  EXPECT_EQ(o.lengths, DefaultProfileLengths(524288));
+  // One cap per ratio of the grid (0 and 1), what the model says fits.
+  ASSERT_EQ(o.max_tokens_per_gpu.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(o.max_tokens_per_gpu[i],
+              static_cast<int64_t>(
+                  std::floor(cost.MaxTokensPerGpu(o.recompute[i]))));
+  }
+  const v1::ProfileRequest request = ProfileStage::MakeRequest(o);
+  ASSERT_EQ(request.max_tokens_per_gpu_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t cap = o.max_tokens_per_gpu[i];
+    EXPECT_EQ(request.max_tokens_per_gpu(i), cap);
+    EXPECT_TRUE(ProfilePointFits(request, cap, 1, i));
+    EXPECT_FALSE(ProfilePointFits(request, cap + 1, 1, i));
+    EXPECT_TRUE(ProfilePointFits(request, 8 * cap, 8, i));
+    EXPECT_FALSE(ProfilePointFits(request, 8 * cap + 1, 8, i));
+  }
+  // Recompute frees memory: r = 1 holds more.
+  EXPECT_GT(o.max_tokens_per_gpu[1], o.max_tokens_per_gpu[0]);
+  // Given lengths stay; without caps every point is asked for.
+  o.lengths = {128};
+  CompleteProfileGrid(cost, 524288, o);
+  EXPECT_EQ(o.lengths, std::vector<int64_t>{128});
+  v1::ProfileRequest uncapped = request;
+  uncapped.clear_max_tokens_per_gpu();
+  EXPECT_TRUE(ProfilePointFits(uncapped, int64_t{1} << 40, 1, 0));
 }
 
 TEST(ProfileStageTest, TheRequestStaysWithinANode) {

@@ -40,6 +40,11 @@ void RankLiveness::OnSeen(int rank, absl::Time now) {
   ranks_[rank].last_heard = now;
 }
 
+void RankLiveness::RestoreFailed(int rank) {
+  ranks_[rank].failed = true;
+  ranks_[rank].connected = false;
+}
+
 std::vector<int> RankLiveness::Check(absl::Time now) {
   std::vector<int> failed;
   if (!enabled()) return failed;

@@ -65,6 +65,9 @@ class RankLiveness {
   void OnStreamClosed(int rank, absl::Time now);
   /// Something came from the rank (a report) at `now`.
   void OnSeen(int rank, absl::Time now);
+  /// A restart found `rank` out of the world (it had failed): failed until
+  /// it registers, not counted as a new failure.
+  void RestoreFailed(int rank);
 
   /// The ranks declared failed at `now` that were not before (ascending).
   std::vector<int> Check(absl::Time now);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -25,8 +26,14 @@ struct DurableState {
   struct Step {
     v1::StepPlan plan;
     /// The accepted timing reports, in the order they were accepted, at
-    /// most one a rank.
+    /// most one a rank of `members`.
     std::vector<v1::TimingReport> reports;
+    /// The ranks of the step's world, ascending (every rank until a
+    /// shrink); the step completes when each of them reported.
+    std::vector<int> members;
+    /// The abandoned step whose samples it trains again (-1: none, its
+    /// samples were the step builder's).
+    int64_t reserve_of = -1;
   };
 
   /// Set by the first record; empty in a new state.
@@ -41,26 +48,47 @@ struct DurableState {
   std::optional<state::CostModelState> model;
   /// The rendezvous store.
   std::map<std::string, std::string> store;
+  /// The current epoch's ranks, ascending: every rank until a shrink.
+  std::vector<int> members;
+  /// Steps a shrink abandoned that no plan re-served yet, in order; the
+  /// next plans re-serve them first, one each.
+  std::deque<state::AbandonedStep> reserve;
+  /// The [from, to) ranges of steps ever abandoned, ascending.
+  std::vector<std::pair<int64_t, int64_t>> abandoned;
+  /// Plans that re-served an abandoned step; the others drew their samples
+  /// from the step builder (`planned_steps() - reserved_planned` of them).
+  int64_t reserved_planned = 0;
+  /// The first step the shrink that began the current epoch abandoned
+  /// (-1: it abandoned none, or a grow or no change began it).
+  int64_t epoch_abandoned_from = -1;
 
   int64_t planned_steps() const {
     return completed_steps + static_cast<int64_t>(steps.size());
   }
+  /// Whether a shrink or grow left anything a plain replay would not
+  /// rebuild (snapshots then write the world and each kept step's).
+  bool world_changed() const;
 };
 
 /// Applies one record to `state`. FAILED_PRECONDITION for a record that
 /// cannot follow what `state` holds: anything before the job, a second job,
-/// a plan that is not the next step, a report for a step never planned or
-/// from a rank outside the world. A report for a completed step, or a
-/// second report of a rank for a step, changes nothing (a retry that was
-/// recorded twice). A step leaves `steps` once it and every step before it
-/// have a report from every rank.
+/// a plan that is not the next step (or, while abandoned steps wait, does
+/// not train the first one's samples), a report for a step never planned or
+/// from a rank outside the step's world, a world change whose epoch is not
+/// later, whose ranks are not a non-empty ascending subset of the world,
+/// or whose abandoned steps are not the ones planned and not completed. A
+/// report for a completed or abandoned step, or a second report of a rank
+/// for a step, changes nothing (a retry that was recorded twice). A step
+/// leaves `steps` once it and every step before it have a report from
+/// every rank of its world.
 absl::Status ApplyStateRecord(const state::StateRecord& record,
                               DurableState* state);
 
 /// Records that rebuild `state` from nothing, in an order
 /// `ApplyStateRecord` takes: the job, the completed-step count, the epoch,
-/// the model,
-/// the store, then every kept step's plan followed by its reports.
+/// the model, the store, the world (only when `world_changed()`), then
+/// every kept step's plan (a `kept_step` once the world changed) followed
+/// by its reports.
 std::vector<state::StateRecord> SnapshotRecords(const DurableState& state);
 
 /// FAILED_PRECONDITION naming the first field in which `current` (the

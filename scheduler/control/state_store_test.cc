@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -198,6 +199,152 @@ TEST(DurableStateTest, ASnapshotRebuildsTheState) {
   EXPECT_EQ(Dump(rebuilt), Dump(state));
   EXPECT_EQ(rebuilt.completed_steps, 1);
   EXPECT_EQ(rebuilt.steps.size(), 3);
+}
+
+// ------------------------------------------------- shrinks and grows
+
+/// A change to `epoch` with `members`, abandoning the `history`'s steps
+/// [from, to) with the samples `PlanRecord` gives them.
+state::StateRecord WorldRecord(int64_t epoch, std::vector<int> members,
+                               int64_t from, int64_t to) {
+  state::StateRecord r;
+  state::WorldChange& change = *r.mutable_world_change();
+  change.set_epoch(epoch);
+  for (int rank : members) change.add_members(rank);
+  change.set_abandoned_from(from);
+  change.set_abandoned_to(to);
+  for (int64_t step = from; step < to; ++step) {
+    state::AbandonedStep& abandoned = *change.add_reserve();
+    abandoned.set_step(step);
+    abandoned.mutable_samples()->CopyFrom(
+        PlanRecord(step).planned_step().samples());
+  }
+  return r;
+}
+
+/// A plan of step `step` that trains the samples of step `of`, in reverse
+/// order (a re-serve need not keep the order).
+state::StateRecord ReservePlanRecord(int64_t step, int64_t of, int64_t epoch) {
+  state::StateRecord r = PlanRecord(of);
+  v1::StepPlan& plan = *r.mutable_planned_step();
+  plan.set_step(step);
+  plan.set_epoch(epoch);
+  std::reverse(plan.mutable_samples()->begin(), plan.mutable_samples()->end());
+  return r;
+}
+
+/// The history, then rank 1 fails: steps 1..3 abandoned (step 1 had rank
+/// 1's report), epoch 1 of rank 0 alone; step 4 re-serves step 1 and rank 0
+/// reports it.
+std::vector<state::StateRecord> ShrunkHistory() {
+  std::vector<state::StateRecord> records = History();
+  records.push_back(WorldRecord(1, {0}, 1, 4));
+  records.push_back(ReservePlanRecord(4, 1, 1));
+  records.push_back(ReportRecord(4, 0));
+  return records;
+}
+
+TEST(DurableStateTest, AShrinkAbandonsTheOpenStepsAndReservesTheirSamples) {
+  const DurableState state = Apply(ShrunkHistory());
+  EXPECT_EQ(state.epoch, 1);
+  EXPECT_EQ(state.members, std::vector<int>{0});
+  EXPECT_EQ(state.abandoned,
+            (std::vector<std::pair<int64_t, int64_t>>{{1, 4}}));
+  // Step 4 completed with rank 0's report alone: its world is rank 0.
+  EXPECT_EQ(state.completed_steps, 5);
+  EXPECT_TRUE(state.steps.empty());
+  EXPECT_EQ(state.reserved_planned, 1);
+  EXPECT_EQ(state.epoch_abandoned_from, 1);
+  EXPECT_EQ(Apply(SnapshotRecords(state)).epoch_abandoned_from, 1);
+  ASSERT_EQ(state.reserve.size(), 2u);
+  EXPECT_EQ(state.reserve[0].step(), 2);
+  EXPECT_EQ(state.reserve[1].step(), 3);
+  EXPECT_TRUE(state.world_changed());
+}
+
+TEST(DurableStateTest, AfterAShrinkPlansReserveInOrderAndOnlyMembersReport) {
+  DurableState state = Apply(ShrunkHistory());
+  // The next plan must train step 2's samples, not step 3's or new ones.
+  for (const state::StateRecord& wrong :
+       {ReservePlanRecord(5, 3, 1), PlanRecord(5)}) {
+    const absl::Status s = ApplyStateRecord(wrong, &state);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("samples of abandoned step 2"));
+  }
+  ASSERT_TRUE(ApplyStateRecord(ReservePlanRecord(5, 2, 1), &state).ok());
+  EXPECT_EQ(state.steps.back().reserve_of, 2);
+  const absl::Status outsider = ApplyStateRecord(ReportRecord(5, 1), &state);
+  EXPECT_TRUE(absl::IsFailedPrecondition(outsider)) << outsider;
+  EXPECT_THAT(outsider.message(), HasSubstr("whose world it is not in"));
+  // A late report of an abandoned step changes nothing.
+  const std::string before = Dump(state);
+  ASSERT_TRUE(ApplyStateRecord(ReportRecord(2, 0), &state).ok());
+  EXPECT_EQ(Dump(state), before);
+}
+
+TEST(DurableStateTest, AGrowKeepsTheOldEpochsStepsInTheirWorld) {
+  std::vector<state::StateRecord> records = ShrunkHistory();
+  records.push_back(ReservePlanRecord(5, 2, 1));
+  records.push_back(WorldRecord(2, {0, 1}, 6, 6));  // rank 1 is back
+  records.push_back(ReservePlanRecord(6, 3, 2));
+  DurableState state = Apply(records);
+  EXPECT_EQ(state.epoch, 2);
+  EXPECT_EQ(state.members, (std::vector<int>{0, 1}));
+  ASSERT_EQ(state.steps.size(), 2u);
+  EXPECT_EQ(state.steps[0].members, std::vector<int>{0});
+  EXPECT_EQ(state.steps[1].members, (std::vector<int>{0, 1}));
+  // Step 5 (epoch 1) completes with rank 0 alone; step 6 needs both.
+  ASSERT_TRUE(ApplyStateRecord(ReportRecord(5, 0), &state).ok());
+  ASSERT_TRUE(ApplyStateRecord(ReportRecord(6, 0), &state).ok());
+  EXPECT_EQ(state.completed_steps, 6);
+  EXPECT_TRUE(state.world_changed());
+}
+
+TEST(DurableStateTest, RefusesWorldChangesThatDoNotFit) {
+  DurableState state = Apply(History());  // steps [1, 4) open
+  state::StateRecord short_reserve = WorldRecord(1, {0}, 1, 4);
+  short_reserve.mutable_world_change()->mutable_reserve()->RemoveLast();
+  const std::vector<std::pair<state::StateRecord, std::string>> bad = {
+      {WorldRecord(0, {0}, 1, 4), "world change to epoch 0 in epoch 0"},
+      {WorldRecord(1, {}, 1, 4), "not an ascending subset"},
+      {WorldRecord(1, {1, 0}, 1, 4), "not an ascending subset"},
+      {WorldRecord(1, {0, kWorld}, 1, 4), "not an ascending subset"},
+      {WorldRecord(1, {0}, 1, 3), "abandoning steps [1, 3)"},
+      {WorldRecord(1, {0}, 2, 4), "abandoning steps [2, 4)"},
+      {short_reserve, "abandoning 3 steps with 2 to re-serve"},
+  };
+  const std::string before = Dump(state);
+  for (const auto& [record, why] : bad) {
+    const absl::Status s = ApplyStateRecord(record, &state);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr(why));
+  }
+  EXPECT_EQ(Dump(state), before) << "a refused record changed the state";
+  // A report made durable just before the shrink completed step 1: the
+  // shrink still abandons it (the agents were told so).
+  ASSERT_TRUE(ApplyStateRecord(ReportRecord(1, 0), &state).ok());
+  ASSERT_EQ(state.completed_steps, 2);
+  ASSERT_TRUE(ApplyStateRecord(WorldRecord(1, {0}, 1, 4), &state).ok());
+  EXPECT_EQ(state.reserve.size(), 3u);
+}
+
+TEST(DurableStateTest, ASnapshotRebuildsAShrunkAndGrownState) {
+  std::vector<state::StateRecord> records = ShrunkHistory();
+  records.push_back(ReservePlanRecord(5, 2, 1));
+  records.push_back(WorldRecord(2, {0, 1}, 6, 6));
+  records.push_back(ReservePlanRecord(6, 3, 2));
+  records.push_back(ReportRecord(6, 1));
+  const DurableState state = Apply(records);
+  const DurableState rebuilt = Apply(SnapshotRecords(state));
+  EXPECT_EQ(Dump(rebuilt), Dump(state));
+  EXPECT_EQ(rebuilt.members, state.members);
+  EXPECT_EQ(rebuilt.abandoned, state.abandoned);
+  EXPECT_EQ(rebuilt.reserved_planned, 3);
+  EXPECT_EQ(rebuilt.epoch_abandoned_from, -1);  // a grow began epoch 2
+  ASSERT_EQ(rebuilt.steps.size(), 2u);
+  EXPECT_EQ(rebuilt.steps[0].members, std::vector<int>{0});
+  EXPECT_EQ(rebuilt.steps[1].reserve_of, 3);
+  ASSERT_EQ(rebuilt.steps[1].reports.size(), 1u);
 }
 
 TEST(CheckSameJobTest, NamesTheFieldThatDiffers) {

@@ -415,9 +415,8 @@ std::optional<StepToPlan> StepWindow::NextStepToPlan() const {
   if (!HasWork()) return std::nullopt;
   const std::vector<bool> next = NextMembers();
   StepToPlan out{planned_steps_, next == members_ ? epoch_ : epoch_ + 1};
-  for (int r = 0; r < options_.world_size; ++r) {
-    if (next[r]) out.members.push_back(r);
-  }
+  out.members = RanksOf(next);
+  out.grows = out.epoch != epoch_;
   if (out.members.empty()) return std::nullopt;  // Every rank failed.
   if (!reserve_.empty()) {
     out.reserve_of = reserve_.front().step;
@@ -438,7 +437,13 @@ StepWindow::StepRecord StepWindow::MakeRecord(
   std::vector<v1::RankStep> views =
       AllRankViews(record.plan, options_.world_size);
   record.updates.reserve(views.size());
+  const bool whole_world =
+      std::count(members.begin(), members.end(), true) == options_.world_size;
   for (v1::RankStep& view : views) {
+    // After a shrink the agents' gradient sync spans the epoch's members.
+    for (int r = 0; r < options_.world_size && !whole_world; ++r) {
+      if (members[r]) view.add_world_ranks(r);
+    }
     auto update = std::make_shared<v1::PlanUpdate>();
     update->mutable_step()->Swap(&view);
     record.updates.push_back(std::move(update));
@@ -471,6 +476,7 @@ bool StepWindow::AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned) {
     if (planned.epoch != epoch_ + 1) return false;
     epoch_ = planned.epoch;
     members_ = members;
+    epoch_abandoned_from_ = -1;  // A grow abandons nothing.
   } else if (members != members_) {
     return false;
   }
@@ -481,9 +487,19 @@ bool StepWindow::AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned) {
     reserve_.pop_front();
     ++reserved_planned_;
   }
+  MarkAbandonedFrom(record);
   window_.push_back(std::move(record));
   ++planned_steps_;
   return true;
+}
+
+void StepWindow::MarkAbandonedFrom(StepRecord& record) const {
+  for (auto& update : record.updates) {
+    if (epoch_abandoned_from_ < 0) break;
+    auto told = std::make_shared<v1::PlanUpdate>(*update);
+    told->mutable_step()->set_abandoned_from(epoch_abandoned_from_);
+    update = std::move(told);
+  }
 }
 
 bool StepWindow::AbandonedLocked(int64_t step) const {
@@ -493,20 +509,53 @@ bool StepWindow::AbandonedLocked(int64_t step) const {
   return false;
 }
 
-void StepWindow::ShrinkLocked(RankFailureEvent& event) {
+std::vector<int> StepWindow::RanksOf(const std::vector<bool>& world) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (world[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+absl::StatusOr<std::vector<bool>> StepWindow::WorldOf(
+    const std::vector<int>& ranks) const {
+  std::vector<bool> world(options_.world_size, ranks.empty());
+  for (int r : ranks) {
+    RETURN_IF_ERROR(CheckRank(r, options_.world_size));
+    world[r] = true;
+  }
+  return world;
+}
+
+void StepWindow::ShrinkLocked(
+    RankFailureEvent& event,
+    absl::FunctionRef<absl::Status(const EpochChange&)> persist) {
   const std::vector<bool> next = NextMembers();
   if (std::count(next.begin(), next.end(), true) == 0) return;
-  ++epoch_;
+  EpochChange change{epoch_ + 1, RanksOf(next), completed_steps_,
+                     planned_steps_, {}};
+  for (const StepRecord& record : window_) {
+    change.reserve.push_back(
+        {record.plan.step(),
+         {record.plan.samples().begin(), record.plan.samples().end()}});
+    event.reserved_samples += record.plan.samples_size();
+  }
+  // Durable before a discarded answer or a plan of the new epoch is out.
+  if (absl::Status kept = persist(change); !kept.ok()) {
+    planner_error_ = std::move(kept);
+    draining_ = true;
+    event.reserved_samples = 0;
+    return;
+  }
+  epoch_ = change.epoch;
   members_ = next;
   event.abandoned_from = completed_steps_;
   event.abandoned_to = planned_steps_;
-  for (StepRecord& record : window_) {
-    Abandoned& a = reserve_.emplace_back();
-    a.step = record.plan.step();
-    a.samples.assign(record.plan.samples().begin(),
-                     record.plan.samples().end());
-    event.reserved_samples += static_cast<int64_t>(a.samples.size());
+  for (ReservedStep& step : change.reserve) {
+    reserve_.push_back(std::move(step));
   }
+  epoch_abandoned_from_ =
+      planned_steps_ > completed_steps_ ? completed_steps_ : -1;
   if (planned_steps_ > completed_steps_) {
     abandoned_ranges_.emplace_back(completed_steps_, planned_steps_);
   }
@@ -516,6 +565,11 @@ void StepWindow::ShrinkLocked(RankFailureEvent& event) {
 }
 
 std::optional<RankFailureEvent> StepWindow::CheckLiveness() {
+  return CheckLiveness([](const EpochChange&) { return absl::OkStatus(); });
+}
+
+std::optional<RankFailureEvent> StepWindow::CheckLiveness(
+    absl::FunctionRef<absl::Status(const EpochChange&)> persist) {
   if (!detects_failures()) return std::nullopt;
   WakeList wakes;
   RankFailureEvent event;
@@ -525,42 +579,54 @@ std::optional<RankFailureEvent> StepWindow::CheckLiveness() {
     if (event.failed.empty()) return std::nullopt;
     event.policy = std::string(RankFailurePolicyName(options_.on_rank_failure));
     if (options_.on_rank_failure == RankFailurePolicy::kShrink) {
-      ShrinkLocked(event);
+      ShrinkLocked(event, persist);
       wakes = AllWakes();
     }
     event.holding = Holding();
     event.epoch = epoch_;
-    for (int r = 0; r < options_.world_size; ++r) {
-      if (members_[r]) event.members.push_back(r);
-    }
+    event.members = RanksOf(members_);
     event.live_ranks = liveness_.live_ranks();
   }
   CallAll(wakes);
   return event;
 }
 
-absl::Status StepWindow::Restore(int64_t epoch, int64_t completed_steps,
-                                 std::vector<v1::StepPlan> plans) {
+absl::Status StepWindow::Restore(RestoredWindow restored) {
+  ASSIGN_OR_RETURN(std::vector<bool> members, WorldOf(restored.members));
   std::deque<StepRecord> records;
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const int64_t step = completed_steps + static_cast<int64_t>(i);
-    if (plans[i].step() != step) {
+  for (size_t i = 0; i < restored.steps.size(); ++i) {
+    RestoredWindow::Kept& kept = restored.steps[i];
+    const int64_t step = restored.completed_steps + static_cast<int64_t>(i);
+    if (kept.plan.step() != step) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "restoring step ", step, " from the plan of step ", plans[i].step()));
+          "restoring step ", step, " from the plan of step ", kept.plan.step()));
     }
-    const int64_t plan_epoch = plans[i].epoch();
-    records.push_back(MakeRecord(std::move(plans[i]), plan_epoch,
-                                 std::vector<bool>(options_.world_size, true)));
+    ASSIGN_OR_RETURN(std::vector<bool> world, WorldOf(kept.members));
+    const int64_t plan_epoch = kept.plan.epoch();
+    records.push_back(MakeRecord(std::move(kept.plan), plan_epoch, world));
   }
   absl::MutexLock lock(&mu_);
   if (planned_steps_ != 0 || !streams_.empty()) {
     return absl::FailedPreconditionError(
         "the step window can only be restored before it is used");
   }
-  completed_steps_ = completed_steps;
-  planned_steps_ = completed_steps + static_cast<int64_t>(records.size());
+  completed_steps_ = restored.completed_steps;
+  planned_steps_ = completed_steps_ + static_cast<int64_t>(records.size());
   window_ = std::move(records);
-  epoch_ = epoch;
+  epoch_ = restored.epoch;
+  members_ = std::move(members);
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (!members_[r]) liveness_.RestoreFailed(r);
+  }
+  reserve_ = std::move(restored.reserve);
+  abandoned_ranges_ = std::move(restored.abandoned);
+  abandoned_steps_ = 0;
+  for (const auto& [from, to] : abandoned_ranges_) abandoned_steps_ += to - from;
+  reserved_planned_ = restored.reserved_planned;
+  epoch_abandoned_from_ = restored.epoch_abandoned_from;
+  for (StepRecord& record : window_) {
+    if (record.plan.epoch() == epoch_) MarkAbandonedFrom(record);
+  }
   return absl::OkStatus();
 }
 

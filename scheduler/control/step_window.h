@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -86,6 +87,55 @@ struct RecordedTimings {
   bool discarded = false;
 };
 
+/// A step a shrink abandoned, whose samples are planned again.
+struct ReservedStep {
+  int64_t step = 0;
+  std::vector<int64_t> samples;
+};
+
+/// A change of the world the window makes (a shrink in `CheckLiveness`, a
+/// grow with the first step of the new epoch), for the owner to make
+/// durable before any plan of the new epoch can leave the process.
+struct EpochChange {
+  /// The new epoch and its ranks, ascending.
+  int64_t epoch = 0;
+  std::vector<int> members;
+  /// Steps [abandoned_from, abandoned_to) are abandoned (a shrink: the
+  /// steps planned and not completed; empty for a grow) and `reserve` holds
+  /// their samples, in step order. `abandoned_to` is the steps planned.
+  int64_t abandoned_from = 0;
+  int64_t abandoned_to = 0;
+  std::vector<ReservedStep> reserve;
+};
+
+/// What a step window resumes from after a restart (`StepWindow::Restore`).
+struct RestoredWindow {
+  /// One planned step that is not completed, as planned.
+  struct Kept {
+    v1::StepPlan plan;
+    /// The ranks of its world, ascending.
+    std::vector<int> members;
+    /// The abandoned step it re-serves, or -1.
+    int64_t reserve_of = -1;
+  };
+  int64_t epoch = 0;
+  /// Steps [0, completed_steps) were completed (or abandoned).
+  int64_t completed_steps = 0;
+  /// The current epoch's ranks, ascending; empty means every rank.
+  std::vector<int> members;
+  /// The steps after the completed ones, in order.
+  std::vector<Kept> steps;
+  /// Abandoned steps not re-served yet, in order.
+  std::deque<ReservedStep> reserve;
+  /// The [from, to) ranges of abandoned steps, ascending.
+  std::vector<std::pair<int64_t, int64_t>> abandoned;
+  /// Steps planned from the reserve (they do not count for `max_steps`).
+  int64_t reserved_planned = 0;
+  /// The first step the shrink that began the epoch abandoned, told to the
+  /// epoch's steps (`RankStep.abandoned_from`); -1: none.
+  int64_t epoch_abandoned_from = -1;
+};
+
 /// The next step the planner may plan (`StepWindow::NextStepToPlan`).
 struct StepToPlan {
   int64_t step = 0;
@@ -98,6 +148,14 @@ struct StepToPlan {
   /// the step builder's next ones (-1: none), and those samples.
   int64_t reserve_of = -1;
   std::vector<int64_t> samples;
+  /// Set when the step is the first of a new world (a grow): the owner
+  /// makes `GrowChange()` durable before the plan.
+  bool grows = false;
+
+  /// The change a grow makes (`grows`).
+  EpochChange GrowChange() const {
+    return EpochChange{epoch, members, step, step, {}};
+  }
 };
 
 /// Registration and the step window: which ranks registered (and from
@@ -145,7 +203,15 @@ class StepWindow {
   ///     a grow is planned like a shrink, without abandoning anything).
   /// Steps complete when every rank of their world reported. Ranks report
   /// their steps in order, so no step after an incomplete one is complete.
-  /// What was decided, or nullopt when no rank failed.
+  /// What was decided, or nullopt when no rank failed. A shrink calls
+  /// `persist` with its change under the window's lock, before anything
+  /// changes (so whatever it locks comes after the window's lock); when it
+  /// fails, the window keeps the world as it was, keeps the error as a
+  /// planning error and drains.
+  std::optional<RankFailureEvent> CheckLiveness(
+      absl::FunctionRef<absl::Status(const EpochChange&)> persist)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  /// As above, keeping nothing durable.
   std::optional<RankFailureEvent> CheckLiveness() ABSL_LOCKS_EXCLUDED(mu_);
   /// Whether failures are detected, and how often to check.
   bool detects_failures() const {
@@ -183,14 +249,15 @@ class StepWindow {
   absl::Status CheckTimings(const v1::TimingReport& report) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  /// Resumes from a durable state, before any registration: `epoch`
-  /// current, steps [0, completed_steps) completed, `plans` the steps after
-  /// them, in order (as planned: prefixes are filled here). Drains at once
-  /// when the plans reach `max_steps`. FAILED_PRECONDITION once anything was
-  /// planned or a stream opened.
-  absl::Status Restore(int64_t epoch, int64_t completed_steps,
-                       std::vector<v1::StepPlan> plans)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  /// Resumes from a durable state, before any registration: its epoch and
+  /// world current, steps [0, completed_steps) completed, its kept steps
+  /// the steps after them, in order (as planned: prefixes are filled here),
+  /// its abandoned steps still abandoned and to re-serve. Ranks outside the
+  /// world count as failed until they register (then a grow takes them
+  /// in). Drains at once when the plans reach `max_steps`.
+  /// FAILED_PRECONDITION once anything was planned or a stream opened, or
+  /// for a kept step out of order or a rank outside the world.
+  absl::Status Restore(RestoredWindow restored) ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Records a report accepted before a restart (`Restore` first): as
   /// `RecordTimings`, but the sender need not have registered.
@@ -266,11 +333,6 @@ class StepWindow {
     std::vector<bool> members;
     int member_count = 0;
   };
-  /// A step a shrink abandoned, whose samples are planned again.
-  struct Abandoned {
-    int64_t step = 0;
-    std::vector<int64_t> samples;
-  };
   struct RankState {
     bool registered = false;
     std::string host;
@@ -301,8 +363,20 @@ class StepWindow {
   /// rank not failed.
   std::vector<bool> NextMembers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Under shrink: abandons the window's steps for a new epoch of the
-  /// ranks not failed; fills `event`.
-  void ShrinkLocked(RankFailureEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// ranks not failed, once `persist` kept the change; fills `event`.
+  void ShrinkLocked(
+      RankFailureEvent& event,
+      absl::FunctionRef<absl::Status(const EpochChange&)> persist)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// The members of `world` (indexed by rank), ascending.
+  std::vector<int> RanksOf(const std::vector<bool>& world) const;
+  /// `ranks` (ascending, each in the world) indexed by rank; every rank
+  /// when empty. FAILED_PRECONDITION naming a rank outside the world.
+  absl::StatusOr<std::vector<bool>> WorldOf(const std::vector<int>& ranks) const;
+  /// Tells the ranks of `record` (a step of the current epoch) the first
+  /// step the shrink that began the epoch abandoned, if any.
+  void MarkAbandonedFrom(StepRecord& record) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Whether `step` is one a shrink abandoned.
   bool AbandonedLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Every step of the job is planned (`max_steps`, nothing to re-serve).
@@ -361,9 +435,12 @@ class StepWindow {
   /// Abandoned steps not planned again yet, in order; the ranges of step
   /// numbers abandoned; how many steps were, and how many were planned
   /// from `reserve_` (not drawn from the step builder).
-  std::deque<Abandoned> reserve_ ABSL_GUARDED_BY(mu_);
+  std::deque<ReservedStep> reserve_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int64_t, int64_t>> abandoned_ranges_
       ABSL_GUARDED_BY(mu_);
+  // The first step the shrink that began the current epoch abandoned, told
+  // to its ranks in `RankStep.abandoned_from`; -1: none.
+  int64_t epoch_abandoned_from_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t abandoned_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reserved_planned_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -20,6 +20,7 @@
 #include "scheduler/cli/job_config.h"
 #include "scheduler/eval/evaluation.h"
 #include "scheduler/eval/learned_model.h"
+#include "scheduler/eval/simulator.h"
 
 ABSL_FLAG(std::string, scenarios, "all",
           "Comma-separated scenario names (A, B, C, D) or 'all'.");
@@ -67,10 +68,31 @@ constexpr Scenario kScenarios[] = {
 
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
-// One scenario's rows: a line per planner and a summary line, or (with
-// `json`) a JSON object per planner appended to `out`.
-void ReportScenario(const Scenario& sc, const EvaluationResult& r, bool json,
-                    nlohmann::json* out) {
+// The dcp plans' gap to the memory-aware bound, as fractions of it.
+nlohmann::json GapJson(const BoundGap& g, double bound_s) {
+  return {{"long_excess", g.long_excess_s / bound_s},
+          {"long_all_to_all", g.long_all_to_all_s / bound_s},
+          {"short_excess", g.short_excess_s / bound_s},
+          {"short_all_to_all", g.short_all_to_all_s / bound_s},
+          {"overhead", g.overhead_s / bound_s},
+          {"imbalance", g.imbalance_s / bound_s}};
+}
+
+void PrintGap(const BoundGap& g, double bound_s) {
+  std::printf(
+      "    dcp above the memory-aware bound: tasks with a sample one GPU "
+      "cannot hold at r=0 +%.4f (their all-to-all %.4f, part of it in the "
+      "bound), other tasks +%.4f (all-to-all %.4f), per-layer overhead +%.4f, imbalance +%.4f\n",
+      g.long_excess_s / bound_s, g.long_all_to_all_s / bound_s,
+      g.short_excess_s / bound_s, g.short_all_to_all_s / bound_s,
+      g.overhead_s / bound_s, g.imbalance_s / bound_s);
+}
+
+// One scenario's rows: a line per planner, a summary line and the dcp
+// plans' gap to the memory-aware bound, or (with `json`) a JSON object per
+// planner appended to `out`.
+void ReportScenario(const Scenario& sc, const EvaluationResult& r,
+                    const BoundGap& gap, bool json, nlohmann::json* out) {
   std::vector<const PlannerFigures*> all = {&r.dcp};
   for (const PlannerFigures& b : r.baselines) all.push_back(&b);
   for (const PlannerFigures* f : all) {
@@ -100,6 +122,7 @@ void ReportScenario(const Scenario& sc, const EvaluationResult& r, bool json,
         row["plan_ms_p50"] = Percentile(r.plan_ms, 50);
         row["plan_ms_max"] = Percentile(r.plan_ms, 100);
         row["prediction_error"] = r.prediction_error;
+        row["gap_to_memory_bound"] = GapJson(gap, r.memory_bound_s);
       }
       out->push_back(row);
     } else {
@@ -119,6 +142,7 @@ void ReportScenario(const Scenario& sc, const EvaluationResult& r, bool json,
         Percentile(r.plan_ms, 100), r.static_packed_config.group_size,
         r.static_packed_config.recompute, r.static_balanced_config.group_size,
         r.static_balanced_config.recompute, r.dynamic_cp_config.recompute);
+    PrintGap(gap, r.memory_bound_s);
   }
 }
 
@@ -141,10 +165,12 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
          {"x_lower_prior", r.prior_s / lb},
          {"x_lower_prior_profile", r.profiled_s / lb},
          {"prior_profile_vs_perfect", r.profiled_s / r.perfect_s},
+         {"profile_seconds", r.profile_seconds},
          {"x_lower_sheet", r.sheet_s / lb},
-         {"x_lower_prior_window_profile", r.profiled_window_s / lb},
-         {"prior_window_profile_vs_perfect", r.profiled_window_s / r.perfect_s},
-         {"profile_window_rows", r.profile_window_rows},
+         {"x_lower_prior_short_profile", r.profiled_short_s / lb},
+         {"prior_short_profile_vs_perfect", r.profiled_short_s / r.perfect_s},
+         {"profile_short_rows", r.profile_short_rows},
+         {"profile_short_seconds", r.profile_short_seconds},
          {"online_x_lower", online_x},
          {"online_steps_to_target", r.online_steps_to_target},
          {"target_ratio", o.target_ratio}});
@@ -153,12 +179,14 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
   std::printf(
       "    learned (prior %s, noise %.2f): x_lower perfect %.4f; prior only "
       "%.4f (%.4f with its own memory); prior+profile %.4f (%.4f of "
-      "perfect, %d rows to 4096 tokens), %.4f (%.4f, %d rows to the "
-      "window)\n",
+      "perfect; the scheduler's default grid to the window, %d rows, %.0f s "
+      "a rank on the reference cluster); with the grid to 4096 tokens %.4f "
+      "(%.4f, %d rows, %.0f s)\n",
       o.prior.name.c_str(), o.noise, r.perfect_s / lb, r.prior_s / lb,
       r.sheet_s / lb, r.profiled_s / lb, r.profiled_s / r.perfect_s,
-      r.profile_rows, r.profiled_window_s / lb,
-      r.profiled_window_s / r.perfect_s, r.profile_window_rows);
+      r.profile_rows, r.profile_seconds, r.profiled_short_s / lb,
+      r.profiled_short_s / r.perfect_s, r.profile_short_rows,
+      r.profile_short_seconds);
   std::string steps =
       r.online_steps_to_target < 0
           ? absl::StrCat("not within ", o.target_ratio, " of perfect after ",
@@ -228,7 +256,10 @@ absl::Status Run() {
         CostModel::FromSpecs(prior, options.model, options.world_size);
     ASSIGN_OR_RETURN(EvaluationResult r, Evaluate(view, options));
 
-    ReportScenario(sc, r, json, &out);
+    const ReferenceCluster judge(options.cluster, options.model,
+                                 options.world_size);
+    ASSIGN_OR_RETURN(const BoundGap gap, BreakDownGap(judge, r.plans, view));
+    ReportScenario(sc, r, gap, json, &out);
     if (absl::GetFlag(FLAGS_learned)) {
       learned.evaluation = options;
       ASSIGN_OR_RETURN(LearnedModelResult lr,

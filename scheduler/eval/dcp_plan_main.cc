@@ -41,7 +41,9 @@ namespace {
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
 // --write_profile: the simulated profile of the reference cluster (the
-// judge, whatever --cluster_config says), as a profile table.
+// judge, whatever --cluster_config says), as a profile table, over the grid
+// the scheduler would ask for (its window, and the per-GPU token cap of
+// --cluster_config's data sheet).
 absl::Status WriteProfile(const JobConfig& job, const std::string& wd) {
   if (job.world_size <= 0) {
     return absl::InvalidArgumentError("--world_size must be positive");
@@ -58,10 +60,15 @@ absl::Status WriteProfile(const JobConfig& job, const std::string& wd) {
     ASSIGN_OR_RETURN(model, LoadModelConfig(ResolvePath(job.model_config, wd)));
   }
   const ReferenceCluster judge(ClusterSpec::H200(), model, job.world_size);
+  ASSIGN_OR_RETURN(const ClusterSpec sheet,
+                   LoadClusterFlag(job.cluster_config, wd));
+  const CostModel planner = CostModel::FromSpecs(sheet, model, job.world_size);
   SimulatedProfileOptions options;
   options.noise = noise;
   options.seed = absl::GetFlag(FLAGS_profile_seed);
-  const std::vector<TaskObservation> rows = SimulateProfile(judge, options);
+  options.window = job.window;
+  const std::vector<TaskObservation> rows =
+      SimulateProfile(judge, planner, options);
   const std::string path = ResolvePath(absl::GetFlag(FLAGS_write_profile), wd);
   std::ofstream out(path);
   out << absl::StrFormat(
@@ -73,7 +80,11 @@ absl::Status WriteProfile(const JobConfig& job, const std::string& wd) {
   if (!out.good()) {
     return absl::UnavailableError("cannot write the profile to '" + path + "'");
   }
-  std::printf("wrote %zu profile rows to %s\n", rows.size(), path.c_str());
+  std::printf(
+      "wrote %zu profile rows to %s (the profile takes %.1f s a rank on the "
+      "reference cluster)\n",
+      rows.size(), path.c_str(),
+      SimulatedProfileSeconds(judge, planner, options));
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
 #include "scheduler/eval/baselines.h"
+#include "scheduler/eval/simulator.h"
 #include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/plan.h"
 #include "scheduler/planner/planner.h"
@@ -73,6 +74,32 @@ struct EvaluationResult {
   /// Mean relative error of the planner's predicted step time.
   double prediction_error = 0;
 };
+
+/// Where the dcp plans' time goes above the memory-aware bound, seconds
+/// summed over the steps: `memory_bound_s` plus the five terms is the
+/// makespan. A task is "long" when it holds a sample one GPU cannot hold at
+/// r = 0 (it must recompute or be split); its excess is its GPU-seconds of
+/// linear, attention and all-to-all work above its samples'
+/// `ReferenceCluster::SequenceBound`s, over the world size.
+struct BoundGap {
+  double long_excess_s = 0;
+  double short_excess_s = 0;
+  /// All the all-to-all of each class's tasks (over the world size): part
+  /// of the excess, less what the bound already counts for samples that
+  /// must be split.
+  double long_all_to_all_s = 0;
+  double short_all_to_all_s = 0;
+  /// Every task's per-layer overhead, over the world size.
+  double overhead_s = 0;
+  /// The last rank's finish above the ranks' mean busy time (idle waits
+  /// and uneven load).
+  double imbalance_s = 0;
+};
+
+/// `BoundGap` of `plans` (which `ReplayStep` must accept).
+absl::StatusOr<BoundGap> BreakDownGap(const ReferenceCluster& cluster,
+                                      absl::Span<const StepPlan> plans,
+                                      const LengthView& lengths);
 
 /// Forms `steps` steps from a seeded shuffle of `lengths`, plans each with
 /// the dcp planner and with every baseline, and replays all of them on the

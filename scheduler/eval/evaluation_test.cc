@@ -234,5 +234,27 @@ TEST(PercentileTest, NearestRank) {
   EXPECT_EQ(Percentile({5, 1, 3}, 50), 3);
 }
 
+TEST(BreakDownGapTest, TheTermsAddUpToTheGapToTheMemoryBound) {
+  // Samples up to 100,000 tokens: beyond what one GPU holds at r = 0.
+  FakeClock clock;
+  EvaluationOptions o = SmallOptions(8, &clock);
+  o.run_baselines = false;
+  const std::vector<int32_t> table = SkewedLengths(3000, 7);
+  const LengthView view(table, kWindow);
+  absl::StatusOr<EvaluationResult> r = Evaluate(view, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ReferenceCluster cluster(o.cluster, o.model, o.world_size);
+  absl::StatusOr<BoundGap> gap = BreakDownGap(cluster, r->plans, view);
+  ASSERT_TRUE(gap.ok()) << gap.status();
+  const double sum = r->memory_bound_s + gap->long_excess_s +
+                     gap->short_excess_s + gap->overhead_s + gap->imbalance_s;
+  EXPECT_NEAR(sum, r->dcp.makespan_s, 1e-9 * r->dcp.makespan_s);
+  // No task beats its samples' bounds; both classes occur.
+  EXPECT_GT(gap->long_excess_s, 0);
+  EXPECT_GT(gap->short_excess_s, 0);
+  EXPECT_GT(gap->overhead_s, 0);
+  EXPECT_GE(gap->imbalance_s, 0);
+}
+
 }  // namespace
 }  // namespace dcp

@@ -84,6 +84,54 @@ ClusterSpec SpeedOf(ClusterSpec speed, const ClusterSpec& memory) {
   return speed;
 }
 
+// The scenario planned with `prior` fitted to a simulated profile.
+struct ProfiledPlan {
+  double makespan_s = 0;
+  int rows = 0;
+  double profile_seconds = 0;
+};
+
+absl::StatusOr<ProfiledPlan> PlanWithProfile(
+    const LengthView& lengths, const LearnedModelOptions& options,
+    const ReferenceCluster& judge, const CostModel& prior,
+    const SimulatedProfileOptions& profile_options) {
+  const std::vector<TaskObservation> profile =
+      SimulateProfile(judge, prior, profile_options);
+  ASSIGN_OR_RETURN(CostModel fitted, prior.Fit(profile, options.prior_weight));
+  ASSIGN_OR_RETURN(EvaluationResult r,
+                   PlanWith(lengths, options.evaluation, std::move(fitted)));
+  ProfiledPlan out;
+  out.makespan_s = r.dcp.makespan_s;
+  out.rows = static_cast<int>(profile.size());
+  out.profile_seconds = SimulatedProfileSeconds(judge, prior, profile_options);
+  return out;
+}
+
+// The profiled figures of `result`: the prior fitted to the default grid's
+// profile, and to the former grid's (lengths 256, 1024, 4096).
+absl::Status PlanWithProfiles(const LengthView& lengths,
+                              const LearnedModelOptions& options,
+                              const ReferenceCluster& judge,
+                              const CostModel& prior,
+                              LearnedModelResult& result) {
+  SimulatedProfileOptions po;
+  po.noise = options.noise;
+  po.seed = options.seed;
+  po.window = options.evaluation.window;
+  ASSIGN_OR_RETURN(ProfiledPlan full,
+                   PlanWithProfile(lengths, options, judge, prior, po));
+  result.profiled_s = full.makespan_s;
+  result.profile_rows = full.rows;
+  result.profile_seconds = full.profile_seconds;
+  po.lengths = {256, 1024, 4096};
+  ASSIGN_OR_RETURN(ProfiledPlan short_grid,
+                   PlanWithProfile(lengths, options, judge, prior, po));
+  result.profiled_short_s = short_grid.makespan_s;
+  result.profile_short_rows = short_grid.rows;
+  result.profile_short_seconds = short_grid.profile_seconds;
+  return absl::OkStatus();
+}
+
 int StepsToTarget(const std::vector<double>& online, double limit) {
   int first = -1;
   for (int k = static_cast<int>(online.size()) - 1; k >= 0; --k) {
@@ -105,15 +153,7 @@ absl::StatusOr<LearnedModelResult> EvaluateLearnedModel(
       CostModel::FromSpecs(options.prior, ev.model, ev.world_size);
   const CostModel prior = CostModel::FromSpecs(
       SpeedOf(options.prior, ev.cluster), ev.model, ev.world_size);
-  SimulatedProfileOptions po;
-  po.noise = options.noise;
-  po.seed = options.seed;
-  const std::vector<TaskObservation> profile = SimulateProfile(judge, po);
-  ASSIGN_OR_RETURN(CostModel profiled,
-                   prior.Fit(profile, options.prior_weight));
-
   LearnedModelResult result;
-  result.profile_rows = static_cast<int>(profile.size());
   ASSIGN_OR_RETURN(EvaluationResult p, PlanWith(lengths, ev, perfect));
   result.perfect_s = p.dcp.makespan_s;
   result.lower_bound_s = p.lower_bound_s;
@@ -121,15 +161,7 @@ absl::StatusOr<LearnedModelResult> EvaluateLearnedModel(
   result.prior_s = q.dcp.makespan_s;
   ASSIGN_OR_RETURN(EvaluationResult h, PlanWith(lengths, ev, sheet));
   result.sheet_s = h.dcp.makespan_s;
-  ASSIGN_OR_RETURN(EvaluationResult f, PlanWith(lengths, ev, profiled));
-  result.profiled_s = f.dcp.makespan_s;
-  po.lengths = ProfileLengthsUpTo(ev.window);
-  const std::vector<TaskObservation> long_profile = SimulateProfile(judge, po);
-  result.profile_window_rows = static_cast<int>(long_profile.size());
-  ASSIGN_OR_RETURN(CostModel profiled_window,
-                   prior.Fit(long_profile, options.prior_weight));
-  ASSIGN_OR_RETURN(EvaluationResult w, PlanWith(lengths, ev, profiled_window));
-  result.profiled_window_s = w.dcp.makespan_s;
+  RETURN_IF_ERROR(PlanWithProfiles(lengths, options, judge, prior, result));
 
   StepBuilderOptions so;
   so.tokens_per_step = ev.tokens_per_step;

@@ -50,13 +50,16 @@ struct LearnedModelResult {
   /// runs on rather than learns). Every fit below starts from it.
   double prior_s = 0;
   /// The prior fitted to a noisy simulated profile (`SimulateProfile`) of
-  /// the agents' default grid (lengths 256 to 4096).
+  /// the scheduler's default grid (`CompleteProfileGrid`: lengths to the
+  /// window, each on the groups that hold it), its observations, and what
+  /// measuring it costs a rank on the judge (`SimulatedProfileSeconds`).
   double profiled_s = 0;
   int profile_rows = 0;
-  /// The same with the grid's lengths reaching the window
-  /// (`ProfileLengthsUpTo`).
-  double profiled_window_s = 0;
-  int profile_window_rows = 0;
+  double profile_seconds = 0;
+  /// The same with the former default lengths {256, 1024, 4096}.
+  double profiled_short_s = 0;
+  int profile_short_rows = 0;
+  double profile_short_seconds = 0;
   /// online_s[k]: with the model after k online steps (online_s[0] is
   /// prior_s); online_steps + 1 entries.
   std::vector<double> online_s;

@@ -108,10 +108,11 @@ TEST(LearnedModelTest, FitToANoiselessProfileOfTheReferenceRecoversPlans) {
   ClusterSpec a100 = *BuiltinCluster("a100-80g");
   a100.hbm_bytes = ClusterSpec::H200().hbm_bytes;
   const CostModel prior = CostModel::FromSpecs(a100, o.model, kWorld);
-  // The agents' grid, its lengths reaching the window (32768) the plans use.
+  // The agents' default grid: its lengths reach the window (32768).
   SimulatedProfileOptions grid;
-  grid.lengths = ProfileLengthsUpTo(o.window);
-  absl::StatusOr<CostModel> fitted = prior.Fit(SimulateProfile(judge, grid));
+  grid.window = o.window;
+  absl::StatusOr<CostModel> fitted =
+      prior.Fit(SimulateProfile(judge, prior, grid));
   ASSERT_TRUE(fitted.ok()) << fitted.status();
 
   const EvaluationResult perfect =
@@ -144,12 +145,20 @@ TEST(LearnedModelTest, ReportsEveryModelAndTheOnlineRefit) {
   const LengthView view(Trace(), o.evaluation.window);
   absl::StatusOr<LearnedModelResult> r = EvaluateLearnedModel(view, o);
   ASSERT_TRUE(r.ok()) << r.status();
-  // 4 group sizes (1, 2, 4, 8) x 16 ranks x 3 lengths x 2 ratios x 2 reps.
-  EXPECT_EQ(r->profile_rows, 4 * 16 * 3 * 2 * 2);
+  // 4 group sizes (1, 2, 4, 8) x 16 ranks x 2 ratios x 2 reps x the
+  // lengths: 256 ... 32768 (5) by default, else 3; less 32768 tokens on one
+  // GPU at r = 0 (146 GB of activations: 16 ranks x 2 reps).
+  const double per_token_r0 = 34.0 * 4096 * 32 + 34.0 * 4096;
+  ASSERT_GT(32768 * per_token_r0, ClusterSpec::H200().MemoryCap());
+  EXPECT_EQ(r->profile_rows, 4 * 16 * 5 * 2 * 2 - 16 * 2);
+  EXPECT_EQ(r->profile_short_rows, 4 * 16 * 3 * 2 * 2);
+  // The same points and more: the longer grid costs more.
+  EXPECT_GT(r->profile_seconds, r->profile_short_seconds);
   ASSERT_EQ(r->online_s.size(), 5u);
   EXPECT_EQ(r->online_s[0], r->prior_s);
   EXPECT_GE(r->perfect_s, r->lower_bound_s);
-  for (double s : {r->sheet_s, r->prior_s, r->profiled_s}) {
+  for (double s :
+       {r->sheet_s, r->prior_s, r->profiled_s, r->profiled_short_s}) {
     EXPECT_GE(s, r->lower_bound_s);
   }
   // Deterministic for the options.

@@ -23,46 +23,112 @@ using testing_data::Lcg;
 using testing_data::RoundCluster;
 using testing_data::TinyModel;
 
-// The bound of one sequence of `s` tokens at recompute `r`, written out from
-// docs/COST_MODEL.md (not from the simulator's code).
-double SequenceBoundAt(const ClusterSpec& c, const ModelSpec& m, int world,
-                       double s, double r) {
+// The most tokens a GPU holds at recompute `r`, from docs/COST_MODEL.md.
+double TokensPerGpu(const ClusterSpec& c, const ModelSpec& m, int world,
+                    double r) {
   const double d = m.hidden, layers = m.layers;
   const double free = c.MemoryCap() - 16.0 * m.TotalParams() / world;
-  const double t_max =
-      free / ((1 - r) * 34 * d * layers + r * 2 * d * layers + 34 * d);
+  return free / ((1 - r) * 34 * d * layers + r * 2 * d * layers + 34 * d);
+}
+
+// The GPU-seconds of one sequence of `s` tokens on `p` GPUs at recompute
+// `r`, written out from docs/COST_MODEL.md (not from the simulator's code):
+// linear work at the GEMM efficiency of a full GPU, attention, and the
+// all-to-all volume of its tokens (no latency) at the faster link; infinite
+// when s / p tokens do not fit a GPU at r. Without `all_to_all` the
+// all-to-all is left out.
+double SequenceBoundAt(const ClusterSpec& c, const ModelSpec& m, int world,
+                       double s, int p, double r, bool all_to_all = true) {
+  const double d = m.hidden, layers = m.layers;
+  const double t_max = TokensPerGpu(c, m, world, r);
+  if (s / p > t_max) return INFINITY;
   const double gemm_eff =
       c.gemm_eff_max * t_max / (t_max + c.gemm_eff_half_tokens);
   const double attn_eff = c.attn_eff_max * s / (s + c.attn_eff_half_tokens);
   const double attn_factor = m.causal ? 0.5 : 1.0;
+  const double bw = std::max(c.intra_node_bw, c.inter_node_bw);
+  const double a2a =
+      p == 1 || !all_to_all
+          ? 0.0
+          : p * 2 * (s / p) * d *
+                   (2 + 2.0 * std::max(m.kv_heads, p) / m.heads) * (p - 1) /
+                   p / bw * layers * (2 + r);
   return 2 * m.ParamsPerLayer() * layers * s * (3 + r) /
              (c.peak_flops * gemm_eff) +
          4 * s * s * d * layers * attn_factor * (3.5 + r) /
-             (c.peak_flops * attn_eff);
+             (c.peak_flops * attn_eff) +
+         a2a;
 }
 
-TEST(MemoryAwareLowerBoundTest, IsTheLeastOverEveryRecomputeRatio) {
+// The least of SequenceBoundAt over `points` + 1 ratios in [0, 1] and every
+// group size dividing the heads and the world.
+double BruteForceSequenceBound(const ClusterSpec& c, const ModelSpec& m,
+                               int world, double s, int points,
+                               bool all_to_all = true) {
+  double best = INFINITY;
+  for (int p = 1; p <= world; ++p) {
+    if (world % p != 0 || m.heads % p != 0) continue;
+    for (int i = 0; i <= points; ++i) {
+      best = std::min(best, SequenceBoundAt(c, m, world, s, p,
+                                            i / double(points), all_to_all));
+    }
+  }
+  return best;
+}
+
+TEST(MemoryAwareLowerBoundTest, IsTheLeastOverEveryRatioAndGroupSize) {
   // 4 GPUs of 1e7 bytes: memory binds the tiny model hard (870 tokens a GPU
-  // at r = 0), so the ratio matters. The simulator minimises over the k/L
-  // grid; the least over 1,001 ratios in [0, 1] must be the same (the time
-  // is concave in r, so an end of the range is the minimum).
+  // at r = 0, 4,480 at r = 1), so the ratio matters, and 5000 tokens fit
+  // only on two GPUs or more. The simulator takes each group size at the
+  // least ratio that holds the sequence and at r = 1 (the time is concave
+  // in r); a brute force over 20,001 ratios can only come out at or a
+  // little above it (at most one grid step, 5e-5 in r, off the threshold).
   const ClusterSpec c = RoundCluster(1e7);
   const ModelSpec m = TinyModel();
   const ReferenceCluster cluster(c, m, 4);
+  ASSERT_LT(TokensPerGpu(c, m, 4, 1.0), 5000);
+  ASSERT_GT(TokensPerGpu(c, m, 4, 1.0), 2000);
   const std::vector<int64_t> lengths = {100, 700, 2000, 5000};
   double work = 0;
   for (int64_t s : lengths) {
-    double best = INFINITY;
-    for (int i = 0; i <= 1000; ++i) {
-      best = std::min(best, SequenceBoundAt(c, m, 4, s, i / 1000.0));
-    }
-    work += best;
+    const double brute = BruteForceSequenceBound(c, m, 4, s, 20000);
+    EXPECT_LE(cluster.SequenceBound(s), brute * (1 + 1e-12)) << s;
+    EXPECT_GE(cluster.SequenceBound(s), brute * (1 - 1e-4)) << s;
+    work += brute;
   }
   const double expected = work / 4 + cluster.SyncSeconds();
   EXPECT_NEAR(cluster.MemoryAwareLowerBound(lengths), expected,
-              1e-12 * expected);
+              1e-4 * expected);
   EXPECT_GT(cluster.MemoryAwareLowerBound(lengths),
             cluster.LowerBound(lengths));
+}
+
+TEST(MemoryAwareLowerBoundTest, ASequenceNoGpuHoldsPaysTheSmallestSplit) {
+  // 5000 tokens need two GPUs even at r = 1: the bound is at least the
+  // least compute over the groups that hold them plus the all-to-all of
+  // their tokens over two GPUs at r = 0 (the least there is).
+  const ClusterSpec c = RoundCluster(1e7);
+  const ModelSpec m = TinyModel();
+  const ReferenceCluster cluster(c, m, 4);
+  const double s = 5000;
+  ASSERT_GT(s, TokensPerGpu(c, m, 4, 1.0));
+  const double compute = BruteForceSequenceBound(c, m, 4, s, 20000, false);
+  const double a2a_two = 2 * s * m.hidden * (2 + 2.0 * 2 / m.heads) * 0.5 /
+                         c.intra_node_bw * m.layers * 2;
+  EXPECT_GE(cluster.SequenceBound(s), (compute + a2a_two) * (1 - 1e-4));
+  // Every plan that could run it: 2 or 4 GPUs at any ratio that fits.
+  for (int p : {2, 4}) {
+    std::vector<int> ranks(p);
+    for (int r = 0; r < p; ++r) ranks[r] = r;
+    for (int i = 0; i <= 100; ++i) {
+      const double r = i / 100.0;
+      const std::vector<int64_t> seq = {5000};
+      const ReferenceCluster::TaskCost cost = cluster.Cost(ranks, seq, r);
+      if (cost.memory_bytes > c.MemoryCap()) continue;
+      EXPECT_GE(p * cost.total_s, cluster.SequenceBound(s))
+          << "p " << p << " r " << r;
+    }
+  }
 }
 
 TEST(MemoryAwareLowerBoundTest, MeetsThePlainBoundWhenMemoryIsPlentiful) {

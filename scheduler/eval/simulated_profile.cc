@@ -43,50 +43,79 @@ std::vector<std::vector<int>> GroupsOfSize(const v1::ProfileRequest& request,
   return groups;
 }
 
-}  // namespace
-
-std::vector<TaskObservation> SimulateProfile(
-    const ReferenceCluster& cluster, const SimulatedProfileOptions& options) {
+// The request the control plane would send for this cluster and planner.
+v1::ProfileRequest SimulatedRequest(const ReferenceCluster& cluster,
+                                    const CostModel& planner,
+                                    const SimulatedProfileOptions& options) {
   ProfileStageOptions grid;
   grid.world_size = cluster.world_size();
   grid.gpus_per_node = cluster.cluster().gpus_per_node;
   grid.heads = cluster.model().heads;
-  if (!options.lengths.empty()) grid.lengths = options.lengths;
-  const v1::ProfileRequest request = ProfileStage::MakeRequest(grid);
-  TimingNoise noise(options.noise, options.seed);
-  std::vector<TaskObservation> out;
+  grid.lengths = options.lengths;
+  CompleteProfileGrid(planner, options.window, grid);
+  return ProfileStage::MakeRequest(grid);
+}
+
+// Calls `point(ranks, length, recompute)` for every group of the request
+// and every (length, recompute) the agents measure on it.
+template <typename Point>
+void ForEachPoint(const v1::ProfileRequest& request, int world_size,
+                  Point point) {
   for (int p : request.group_sizes()) {
-    for (const std::vector<int>& ranks :
-         GroupsOfSize(request, p, cluster.world_size())) {
+    for (const std::vector<int>& ranks : GroupsOfSize(request, p, world_size)) {
       for (int64_t length : request.lengths()) {
-        for (double r : request.recompute()) {
-          const std::vector<int64_t> seq = {length};
-          const ReferenceCluster::TaskCost cost = cluster.Cost(ranks, seq, r);
-          for (int rep = 0; rep < request.repetitions(); ++rep) {
-            for (size_t member = 0; member < ranks.size(); ++member) {
-              TaskObservation& o = out.emplace_back();
-              o.group_size = p;
-              o.intra_node = cluster.IntraNode(ranks);
-              o.recompute = r;
-              o.lengths = seq;
-              o.seconds = cost.total_s * noise.Factor();
-              o.memory_bytes = cost.memory_bytes;
-            }
+        for (int i = 0; i < request.recompute_size(); ++i) {
+          if (ProfilePointFits(request, length, p, i)) {
+            point(ranks, length, request.recompute(i));
           }
         }
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<TaskObservation> SimulateProfile(
+    const ReferenceCluster& cluster, const CostModel& planner,
+    const SimulatedProfileOptions& options) {
+  const v1::ProfileRequest request =
+      SimulatedRequest(cluster, planner, options);
+  TimingNoise noise(options.noise, options.seed);
+  std::vector<TaskObservation> out;
+  ForEachPoint(request, cluster.world_size(),
+               [&](const std::vector<int>& ranks, int64_t length, double r) {
+                 const std::vector<int64_t> seq = {length};
+                 const ReferenceCluster::TaskCost cost =
+                     cluster.Cost(ranks, seq, r);
+                 for (int rep = 0; rep < request.repetitions(); ++rep) {
+                   for (size_t member = 0; member < ranks.size(); ++member) {
+                     TaskObservation& o = out.emplace_back();
+                     o.group_size = static_cast<int>(ranks.size());
+                     o.intra_node = cluster.IntraNode(ranks);
+                     o.recompute = r;
+                     o.lengths = seq;
+                     o.seconds = cost.total_s * noise.Factor();
+                     o.memory_bytes = cost.memory_bytes;
+                   }
+                 }
+               });
   return out;
 }
 
-std::vector<int64_t> ProfileLengthsUpTo(int64_t window) {
-  std::vector<int64_t> out;
-  for (int64_t length = 256; length < window; length *= 4) {
-    out.push_back(length);
-  }
-  out.push_back(std::max<int64_t>(window, 256));
-  return out;
+double SimulatedProfileSeconds(const ReferenceCluster& cluster,
+                               const CostModel& planner,
+                               const SimulatedProfileOptions& options) {
+  const v1::ProfileRequest request =
+      SimulatedRequest(cluster, planner, options);
+  std::vector<double> busy(cluster.world_size(), 0.0);
+  ForEachPoint(request, cluster.world_size(),
+               [&](const std::vector<int>& ranks, int64_t length, double r) {
+                 const std::vector<int64_t> seq = {length};
+                 const double s = cluster.Cost(ranks, seq, r).total_s;
+                 for (int rank : ranks) busy[rank] += s * request.repetitions();
+               });
+  return *std::max_element(busy.begin(), busy.end());
 }
 
 std::vector<TaskObservation> SimulateTaskTimings(

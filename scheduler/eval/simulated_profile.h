@@ -18,24 +18,31 @@ struct SimulatedProfileOptions {
   /// standard deviation of its log; 0 = exact).
   double noise = 0;
   uint64_t seed = 0;
-  /// The grid's sequence lengths; empty = the control plane's default
-  /// (256, 1024, 4096), what the agents measure unless told otherwise.
+  /// The scenario's context window: the grid's lengths default to the
+  /// control plane's for it (`CompleteProfileGrid`).
+  int64_t window = 0;
+  /// Other lengths instead of the default (e.g. {256, 1024, 4096}).
   std::vector<int64_t> lengths;
 };
 
-/// 256, 1024, ... (times 4) up to and including `window` (at least 256): a
-/// grid that reaches the sequence lengths a scenario plans.
-std::vector<int64_t> ProfileLengthsUpTo(int64_t window);
-
 /// The start-up profile the agents would report if they ran on the
 /// reference cluster: the grid of the scheduler's ProfileRequest
-/// (`ProfileStage::MakeRequest` with the control plane's default lengths,
-/// recompute ratios and repetitions), one observation per rank of every
-/// group, length, recompute ratio and repetition, each time drawn with its
-/// own `TimingNoise(noise, seed)` factor. Memory is the reference
+/// (`ProfileStage::MakeRequest` completed by `CompleteProfileGrid` with the
+/// planner's initial model `planner`, so the per-GPU token cap is the one
+/// the scheduler would send), one observation per rank of every group,
+/// fitting length, recompute ratio and repetition, each time drawn with
+/// its own `TimingNoise(noise, seed)` factor. Memory is the reference
 /// cluster's, exact. Deterministic for a seed.
 std::vector<TaskObservation> SimulateProfile(
-    const ReferenceCluster& cluster, const SimulatedProfileOptions& options);
+    const ReferenceCluster& cluster, const CostModel& planner,
+    const SimulatedProfileOptions& options);
+
+/// What the same profile costs: the seconds one rank spends measuring its
+/// points on the reference cluster (every rank is in one group of each
+/// size, so all take this long), noiseless.
+double SimulatedProfileSeconds(const ReferenceCluster& cluster,
+                               const CostModel& planner,
+                               const SimulatedProfileOptions& options);
 
 /// Multiplicative timing noise: each `Factor()` is exp(sigma * z), z
 /// standard normal (splitmix64 and Box-Muller, so that a seed gives the same

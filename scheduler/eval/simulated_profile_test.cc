@@ -15,11 +15,25 @@ ReferenceCluster Llama8b(int world) {
                           world);
 }
 
+CostModel Planner(const ReferenceCluster& cluster) {
+  return CostModel::FromSpecs(cluster.cluster(), cluster.model(),
+                              cluster.world_size());
+}
+
+SimulatedProfileOptions Window(int64_t window) {
+  SimulatedProfileOptions o;
+  o.window = window;
+  return o;
+}
+
 TEST(SimulatedProfileTest, NoiselessProfileIsTheReferenceOverTheAgentsGrid) {
   const ReferenceCluster cluster = Llama8b(32);
-  const std::vector<TaskObservation> rows = SimulateProfile(cluster, {});
+  const std::vector<TaskObservation> rows =
+      SimulateProfile(cluster, Planner(cluster), Window(4096));
   // Group sizes dividing 32 heads and 32 ranks, up to a node of 8; every
-  // rank reports each of 3 lengths x 2 recompute ratios x 2 repetitions.
+  // rank reports each of 3 lengths (256, 1024, 4096: the default grid to a
+  // window of 4096, all fitting one GPU) x 2 recompute ratios x 2
+  // repetitions.
   const std::set<int> sizes = {1, 2, 4, 8};
   ASSERT_EQ(rows.size(), sizes.size() * 32 * 3 * 2 * 2);
   std::set<int> seen;
@@ -39,11 +53,14 @@ TEST(SimulatedProfileTest, NoiselessProfileIsTheReferenceOverTheAgentsGrid) {
 
 TEST(SimulatedProfileTest, NoiseIsLogNormalWithTheGivenSpread) {
   const ReferenceCluster cluster = Llama8b(32);
-  SimulatedProfileOptions noisy;
+  const CostModel planner = Planner(cluster);
+  SimulatedProfileOptions noisy = Window(4096);
   noisy.noise = 0.1;
   noisy.seed = 7;
-  const std::vector<TaskObservation> exact = SimulateProfile(cluster, {});
-  const std::vector<TaskObservation> rows = SimulateProfile(cluster, noisy);
+  const std::vector<TaskObservation> exact =
+      SimulateProfile(cluster, planner, Window(4096));
+  const std::vector<TaskObservation> rows =
+      SimulateProfile(cluster, planner, noisy);
   ASSERT_EQ(rows.size(), exact.size());
   double sum = 0, sum_sq = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -59,11 +76,53 @@ TEST(SimulatedProfileTest, NoiseIsLogNormalWithTheGivenSpread) {
   EXPECT_LT(std::abs(mean), 5 * 0.1 / std::sqrt(n));
   EXPECT_LT(std::abs(sd - 0.1), 5 * 0.1 / std::sqrt(2 * n));
 
-  const std::vector<TaskObservation> again = SimulateProfile(cluster, noisy);
+  const std::vector<TaskObservation> again =
+      SimulateProfile(cluster, planner, noisy);
   noisy.seed = 8;
-  const std::vector<TaskObservation> other = SimulateProfile(cluster, noisy);
+  const std::vector<TaskObservation> other =
+      SimulateProfile(cluster, planner, noisy);
   EXPECT_EQ(again[5].seconds, rows[5].seconds);
   EXPECT_NE(other[5].seconds, rows[5].seconds);
+}
+
+TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
+  // llama3-70b on 64 GPUs: at r = 1 a GPU holds fewer than 524288 / 4
+  // tokens, so the window is measured on groups of 8 only.
+  const ReferenceCluster cluster(ClusterSpec::H200(),
+                                 *BuiltinModel("llama3-70b"), 64);
+  const CostModel planner = Planner(cluster);
+  const double cap[2] = {planner.MaxTokensPerGpu(0.0),
+                         planner.MaxTokensPerGpu(1.0)};
+  ASSERT_LT(cap[1], 524288 / 4);
+  ASSERT_GE(cap[1], 524288 / 8);
+  const std::vector<TaskObservation> rows =
+      SimulateProfile(cluster, planner, Window(524288));
+  std::set<int> window_sizes;
+  double per_rank = 0;  // what rank 0 measures, times its repetitions
+  for (const TaskObservation& o : rows) {
+    const double tokens_per_gpu =
+        static_cast<double>(o.lengths[0]) / o.group_size;
+    EXPECT_LE(tokens_per_gpu, cap[o.recompute == 1.0])
+        << o.lengths[0] << " on " << o.group_size << " at r " << o.recompute;
+    EXPECT_LE(o.memory_bytes, cluster.cluster().MemoryCap());
+    if (o.lengths[0] == 524288) window_sizes.insert(o.group_size);
+  }
+  EXPECT_EQ(window_sizes, std::set<int>{8});
+  // The cost: rank 0 runs one group of each size, every point it fits
+  // twice (two repetitions), one after another.
+  for (int p : {1, 2, 4, 8}) {
+    std::vector<int> ranks(p);
+    for (int r = 0; r < p; ++r) ranks[r] = r;
+    for (int64_t length : {256, 1024, 4096, 16384, 65536, 262144, 524288}) {
+      for (double r : {0.0, 1.0}) {
+        if (length > cap[r == 1.0] * p) continue;
+        const std::vector<int64_t> seq = {length};
+        per_rank += 2 * cluster.Cost(ranks, seq, r).total_s;
+      }
+    }
+  }
+  EXPECT_NEAR(SimulatedProfileSeconds(cluster, planner, Window(524288)),
+              per_rank, 1e-9 * per_rank);
 }
 
 TEST(SimulatedProfileTest, TaskTimingsAreTheReplaysTasks) {

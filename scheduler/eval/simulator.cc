@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace dcp {
 
@@ -102,67 +103,181 @@ double ReferenceCluster::LowerBound(
   return (linear + attention) / world_size_ + SyncSeconds();
 }
 
-double ReferenceCluster::MemoryAwareLowerBound(
-    absl::Span<const int64_t> seq_lengths) const {
-  const double layers = model_.layers;
+double ReferenceCluster::TokensPerGpuAt(double recompute) const {
   const double d = model_.hidden;
+  const double layers = model_.layers;
   const double free =
       cluster_.MemoryCap() - 16.0 * model_.TotalParams() / world_size_;
-  if (free <= 0) return LowerBound(seq_lengths);
-  // Seconds per token of linear work at ratio k / layers, at the GEMM
-  // efficiency of the most tokens a GPU can hold there. A task's time is
-  // concave in r (1 / gemm_eff is affine in it), so the minimum over the
-  // grid, which holds both ends, is the minimum over every r in [0, 1].
-  std::vector<double> linear_per_token(model_.layers + 1);
-  for (int k = 0; k <= model_.layers; ++k) {
-    const double r = k / layers;
-    const double t_max =
-        free / ((1.0 - r) * 34.0 * d * layers + r * 2.0 * d * layers + 34.0 * d);
-    const double gemm_eff =
-        cluster_.gemm_eff_max * t_max / (t_max + cluster_.gemm_eff_half_tokens);
-    linear_per_token[k] = 2.0 * model_.ParamsPerLayer() * layers * (3.0 + r) /
-                          (cluster_.peak_flops * gemm_eff);
+  return free / ((1.0 - recompute) * 34.0 * d * layers +
+                 recompute * 2.0 * d * layers + 34.0 * d);
+}
+
+double ReferenceCluster::RecomputeToHold(double tokens_per_gpu) const {
+  const double d = model_.hidden;
+  const double layers = model_.layers;
+  const double free =
+      cluster_.MemoryCap() - 16.0 * model_.TotalParams() / world_size_;
+  // free / tokens = (1 - r) * 34 d L + r * 2 d L + 34 d, solved for r.
+  const double r = (34.0 * d * layers + 34.0 * d - free / tokens_per_gpu) /
+                   (32.0 * d * layers);
+  return std::max(r, 0.0);
+}
+
+double ReferenceCluster::SequenceBoundAt(double s, int p,
+                                         double recompute) const {
+  const double t_max = TokensPerGpuAt(recompute);
+  const double gemm_eff =
+      cluster_.gemm_eff_max * t_max / (t_max + cluster_.gemm_eff_half_tokens);
+  const double linear = 2.0 * model_.ParamsPerLayer() * model_.layers * s *
+                        (3.0 + recompute) / (cluster_.peak_flops * gemm_eff);
+  double all_to_all = 0;
+  if (p > 1) {
+    // The task's all-to-all, p GPUs long, for this sequence's s / p tokens
+    // a GPU (the volume is linear in the tokens; the latency, shared by a
+    // task's sequences, is left out), at the faster of the two links.
+    const double bw = std::max(cluster_.intra_node_bw, cluster_.inter_node_bw);
+    const double vol =
+        2.0 * (s / p) * model_.hidden *
+        (2.0 + 2.0 * std::max<double>(model_.kv_heads, p) / model_.heads) *
+        (p - 1.0) / p;
+    all_to_all = p * vol / bw * model_.layers * (2.0 + recompute);
   }
+  return linear + AttentionSeconds(s, 1.0, recompute) + all_to_all;
+}
+
+double ReferenceCluster::SequenceBound(double s) const {
+  // For a group size p the sequence fits at r >= r_p (RecomputeToHold of
+  // s / p); the bound at (p, r) is concave in r (1 / gemm_eff and the
+  // other terms are affine in r, the linear work a product of an
+  // increasing and a decreasing affine function), so its least over
+  // [r_p, 1] is at an end. Larger p only add all-to-all at a given r.
+  double best = std::numeric_limits<double>::infinity();
+  for (int p = 1; p <= world_size_; ++p) {
+    if (world_size_ % p != 0 || model_.heads % p != 0) continue;
+    const double r = RecomputeToHold(s / p);
+    if (r > 1.0) continue;
+    best = std::min({best, SequenceBoundAt(s, p, r), SequenceBoundAt(s, p, 1)});
+  }
+  // No group holds it: no plan is valid; the least at p = 1 ignoring memory.
+  if (best == std::numeric_limits<double>::infinity()) {
+    best = std::min(SequenceBoundAt(s, 1, 0), SequenceBoundAt(s, 1, 1));
+  }
+  return best;
+}
+
+double ReferenceCluster::MemoryAwareLowerBound(
+    absl::Span<const int64_t> seq_lengths) const {
+  if (TokensPerGpuAt(1.0) <= 0) return LowerBound(seq_lengths);
   double work = 0;
   for (int64_t len : seq_lengths) {
-    const double s = static_cast<double>(len);
-    if (s <= 0) continue;
-    // Attention at r = 0 per unit of (3.5 + r).
-    const double attention = AttentionSeconds(s, 1.0, 0.0) / 3.5;
-    double best = std::numeric_limits<double>::infinity();
-    for (int k = 0; k <= model_.layers; ++k) {
-      best = std::min(best, s * linear_per_token[k] +
-                                attention * (3.5 + k / layers));
-    }
-    work += best;
+    if (len > 0) work += SequenceBound(static_cast<double>(len));
   }
   return work / world_size_ + SyncSeconds();
 }
 
-absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
-                                      const StepPlan& plan,
-                                      const LengthView& lengths) {
-  const int world = cluster.world_size();
-  const ModelSpec& model = cluster.model();
-  auto error = [&](int task, const std::string& what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", plan.step, ", task ", task, ": ", what));
-  };
+namespace {
 
-  absl::flat_hash_set<int64_t> step_samples;
-  step_samples.reserve(plan.samples.size());
+absl::Status TaskError(const StepPlan& plan, int task,
+                       const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("step ", plan.step, ", task ", task, ": ", what));
+}
+
+// The step's samples, each in the length table and listed once.
+absl::StatusOr<absl::flat_hash_set<int64_t>> StepSamples(
+    const StepPlan& plan, const LengthView& lengths) {
+  absl::flat_hash_set<int64_t> samples;
+  samples.reserve(plan.samples.size());
   for (int64_t id : plan.samples) {
     if (id < 0 || id >= lengths.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "step ", plan.step, ": sample ", id,
           " is outside the length table of ", lengths.size(), " samples"));
     }
-    if (!step_samples.insert(id).second) {
+    if (!samples.insert(id).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "step ", plan.step, ": sample ", id, " is listed twice"));
     }
   }
+  return samples;
+}
 
+// A task's group and recompute ratio against the rules of the model.
+absl::Status CheckTaskShape(const ReferenceCluster& cluster,
+                            const StepPlan& plan, int i) {
+  const TaskPlan& task = plan.tasks[i];
+  const int world = cluster.world_size();
+  const int heads = cluster.model().heads;
+  const int p = static_cast<int>(task.ranks.size());
+  if (p == 0) return TaskError(plan, i, "has no ranks");
+  if (task.samples.empty()) return TaskError(plan, i, "has no samples");
+  if (world % p != 0 || heads % p != 0) {
+    return TaskError(
+        plan, i,
+        absl::StrCat("group size ", p, " must divide the world size (", world,
+                     ") and the head count (", heads, ")"));
+  }
+  if (!(task.recompute >= 0.0 && task.recompute <= 1.0)) {
+    return TaskError(plan, i,
+                     absl::StrCat("recompute ", task.recompute,
+                                  " is outside [0, 1]"));
+  }
+  for (int k = 0; k < p; ++k) {
+    const int r = task.ranks[k];
+    if (r < 0 || r >= world) {
+      return TaskError(
+          plan, i, absl::StrCat("rank ", r, " is outside the world of ", world));
+    }
+    if (k > 0 && r <= task.ranks[k - 1]) {
+      return TaskError(plan, i, "ranks must be distinct and ascending");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The lengths of task `i`'s samples into `seq`; each must be the step's and
+// in no earlier task (`seen`, which gets them).
+absl::Status TaskLengths(const StepPlan& plan, int i,
+                         const absl::flat_hash_set<int64_t>& step_samples,
+                         const LengthView& lengths,
+                         absl::flat_hash_set<int64_t>& seen,
+                         std::vector<int64_t>& seq) {
+  seq.clear();
+  for (int64_t id : plan.tasks[i].samples) {
+    if (!step_samples.contains(id)) {
+      return TaskError(
+          plan, i, absl::StrCat("sample ", id, " is not one of the step's samples"));
+    }
+    if (!seen.insert(id).second) {
+      return TaskError(
+          plan, i, absl::StrCat("sample ", id, " appears in more than one task"));
+    }
+    seq.push_back(lengths[id]);
+  }
+  return absl::OkStatus();
+}
+
+// The bounds and token count of the step's samples.
+void AddStepTotals(const ReferenceCluster& cluster, const StepPlan& plan,
+                   const LengthView& lengths, StepReport& report) {
+  std::vector<int64_t> all;
+  all.reserve(plan.samples.size());
+  for (int64_t id : plan.samples) {
+    all.push_back(lengths[id]);
+    report.tokens += lengths[id];
+  }
+  report.lower_bound_s = cluster.LowerBound(all);
+  report.memory_bound_s = cluster.MemoryAwareLowerBound(all);
+}
+
+}  // namespace
+
+absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
+                                      const StepPlan& plan,
+                                      const LengthView& lengths) {
+  ASSIGN_OR_RETURN(const absl::flat_hash_set<int64_t> step_samples,
+                   StepSamples(plan, lengths));
+  const int world = cluster.world_size();
   StepReport report;
   report.rank_busy_s.assign(world, 0.0);
   report.sync_s = cluster.SyncSeconds();
@@ -171,50 +286,18 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
   seen.reserve(plan.samples.size());
   std::vector<int64_t> seq;
   const double cap = cluster.cluster().MemoryCap();
-
   for (size_t ti = 0; ti < plan.tasks.size(); ++ti) {
     const TaskPlan& task = plan.tasks[ti];
     const int i = static_cast<int>(ti);
-    const int p = static_cast<int>(task.ranks.size());
-    if (p == 0) return error(i, "has no ranks");
-    if (task.samples.empty()) return error(i, "has no samples");
-    if (world % p != 0 || model.heads % p != 0) {
-      return error(
-          i, absl::StrCat("group size ", p, " must divide the world size (",
-                          world, ") and the head count (", model.heads, ")"));
-    }
-    if (!(task.recompute >= 0.0 && task.recompute <= 1.0)) {
-      return error(
-          i, absl::StrCat("recompute ", task.recompute, " is outside [0, 1]"));
-    }
-    for (int k = 0; k < p; ++k) {
-      const int r = task.ranks[k];
-      if (r < 0 || r >= world) {
-        return error(
-            i, absl::StrCat("rank ", r, " is outside the world of ", world));
-      }
-      if (k > 0 && r <= task.ranks[k - 1]) {
-        return error(i, "ranks must be distinct and ascending");
-      }
-    }
-    seq.clear();
-    for (int64_t id : task.samples) {
-      if (!step_samples.contains(id)) {
-        return error(i, absl::StrCat("sample ", id,
-                                     " is not one of the step's samples"));
-      }
-      if (!seen.insert(id).second) {
-        return error(
-            i, absl::StrCat("sample ", id, " appears in more than one task"));
-      }
-      seq.push_back(lengths[id]);
-    }
+    RETURN_IF_ERROR(CheckTaskShape(cluster, plan, i));
+    RETURN_IF_ERROR(TaskLengths(plan, i, step_samples, lengths, seen, seq));
     const ReferenceCluster::TaskCost c =
         cluster.Cost(task.ranks, seq, task.recompute);
     if (c.memory_bytes > cap) {
-      return error(i,
-                   absl::StrCat("needs ", c.memory_bytes / 1e9,
-                                " GB per GPU; the cap is ", cap / 1e9, " GB"));
+      return TaskError(plan, i,
+                       absl::StrCat("needs ", c.memory_bytes / 1e9,
+                                    " GB per GPU; the cap is ", cap / 1e9,
+                                    " GB"));
     }
     report.max_memory_bytes = std::max(report.max_memory_bytes, c.memory_bytes);
     double start = 0;
@@ -225,24 +308,16 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
     }
     ++report.num_tasks;
   }
-  if (seen.size() != step_samples.size()) {
-    for (int64_t id : plan.samples) {
-      if (!seen.contains(id)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "step ", plan.step, ": sample ", id, " is in no task"));
-      }
-    }
-  }
-  std::vector<int64_t> all;
-  all.reserve(plan.samples.size());
   for (int64_t id : plan.samples) {
-    all.push_back(lengths[id]);
-    report.tokens += lengths[id];
+    if (seen.size() == step_samples.size()) break;
+    if (!seen.contains(id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", plan.step, ": sample ", id, " is in no task"));
+    }
   }
   report.makespan_s =
       *std::max_element(free_at.begin(), free_at.end()) + report.sync_s;
-  report.lower_bound_s = cluster.LowerBound(all);
-  report.memory_bound_s = cluster.MemoryAwareLowerBound(all);
+  AddStepTotals(cluster, plan, lengths, report);
   return report;
 }
 

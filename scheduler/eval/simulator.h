@@ -48,13 +48,20 @@ class ReferenceCluster {
   double LowerBound(absl::Span<const int64_t> seq_lengths) const;
 
   /// The memory-aware lower bound of docs/COST_MODEL.md: every sequence at
-  /// the least time over the recompute ratios k/layers of its linear and
-  /// attention work, the linear work at the GEMM efficiency of the most
-  /// tokens per GPU that fit the memory cap at that ratio; then perfect
-  /// balance, no communication or overhead, plus the sync. Never below
-  /// `LowerBound`. When not even the sharded model states fit (no plan is
-  /// valid) it is `LowerBound`.
+  /// the least, over the group sizes p that divide the heads and the world
+  /// and the recompute ratios r at which s / p tokens fit a GPU, of its
+  /// linear and attention work (the linear work at the GEMM efficiency of
+  /// the most tokens per GPU that fit the memory cap at r) plus, for p > 1,
+  /// the all-to-all volume of its tokens at the faster link; then perfect
+  /// balance, no latency or overhead, plus the sync. So a sequence one GPU
+  /// cannot hold at any ratio pays the all-to-all of the smallest group
+  /// that can. Never below `LowerBound`. When not even the sharded model
+  /// states fit (no plan is valid) it is `LowerBound`.
   double MemoryAwareLowerBound(absl::Span<const int64_t> seq_lengths) const;
+
+  /// One sequence's share of `MemoryAwareLowerBound` (GPU-seconds: times
+  /// the world it is the bound's work term).
+  double SequenceBound(double s) const;
 
   /// Whether every rank of the group is on one node.
   bool IntraNode(absl::Span<const int> ranks) const;
@@ -65,6 +72,14 @@ class ReferenceCluster {
 
  private:
   double AttentionSeconds(double s, double p, double recompute) const;
+  /// The most tokens per GPU that fit the memory cap at `recompute`.
+  double TokensPerGpuAt(double recompute) const;
+  /// The least recompute ratio at which `tokens_per_gpu` fit (0 when they
+  /// fit without; above 1 when they never do).
+  double RecomputeToHold(double tokens_per_gpu) const;
+  /// GPU-seconds of a sequence of `s` tokens on `p` GPUs at `recompute` as
+  /// `SequenceBound` counts them.
+  double SequenceBoundAt(double s, int p, double recompute) const;
 
   ClusterSpec cluster_;
   ModelSpec model_;

@@ -70,18 +70,14 @@ void StepPlanner::KeepUniformIfFaster(double total_tokens, Draft* best) const {
   }
 }
 
-absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
-                                           absl::Span<const int64_t> samples,
-                                           const LengthView& lengths) {
-  if (samples.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", step, " has no samples"));
-  }
-  Enter(PlanPhase::kSizing);
+absl::Status StepPlanner::ReadItems(int64_t step,
+                                    absl::Span<const int64_t> samples,
+                                    const LengthView& lengths,
+                                    double* total_tokens) {
   samples_ = samples;
-  items_.resize(samples.size());
-  double total_tokens = 0;
-  constexpr size_t kPrefetchAhead = 32;
+  read_lengths_.resize(samples.size());
+  *total_tokens = 0;
+  constexpr size_t kPrefetchAhead = 128;
   for (size_t i = 0; i < samples.size(); ++i) {
     if (i + kPrefetchAhead < samples.size()) {
       lengths.Prefetch(samples[i + kPrefetchAhead]);
@@ -97,11 +93,14 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
           absl::StrCat("step ", step, ": sample ", id,
                        " has non-positive length ", lengths[id]));
     }
-    items_[i].id = id;
-    items_[i].length = static_cast<double>(lengths[id]);
-    items_[i].units = model_.AttentionUnits(items_[i].length);
-    total_tokens += items_[i].length;
+    // A length fits: the table holds 32-bit lengths.
+    read_lengths_[i] = static_cast<uint32_t>(lengths[id]);
+    *total_tokens += static_cast<double>(read_lengths_[i]);
   }
+  return absl::OkStatus();
+}
+
+absl::Status StepPlanner::SizeItems(int64_t step) {
   SortByLength();
   prefix_tokens_.resize(items_.size() + 1);
   prefix_tokens_[0] = 0;
@@ -123,36 +122,65 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
     return absl::FailedPreconditionError(
         absl::StrCat("step ", step, ": ", s.message()));
   }
-  // Every (threshold, fill) variant is built and estimated; the most
-  // promising ones are finished exactly and the best of those is kept.
-  std::vector<Draft> drafts;
-  for (bool fill : {false, true}) {
-    for (double beta : options_.split_thresholds) {
-      drafts.push_back(Build(beta * mean_load_, fill));
-    }
-  }
-  std::vector<int> order(drafts.size());
+  return absl::OkStatus();
+}
+
+int StepPlanner::FinishMostPromising(std::vector<Draft>* drafts) const {
+  std::vector<int> order(drafts->size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return drafts[a].makespan < drafts[b].makespan;
+    return (*drafts)[a].makespan < (*drafts)[b].makespan;
   });
   // The water level is a close estimate only when every rank gets many short
   // sequences; with few a rank, all variants are finished.
   const bool many = items_.size() >= 16 * static_cast<size_t>(world_);
   const int finish =
       many ? std::min<int>(std::max(1, options_.finished_variants),
-                           static_cast<int>(drafts.size()))
-           : static_cast<int>(drafts.size());
+                           static_cast<int>(drafts->size()))
+           : static_cast<int>(drafts->size());
   // A draft's estimate is the level its short sequences would reach as a
   // fluid: no dealing ends below it. Drafts that cannot beat the best
   // finished one are skipped, which changes no choice and saves the dealing.
+  // A copy of an earlier draft has its estimate and comes after it (the sort
+  // is stable), so it would finish as that one did and is skipped too; so is
+  // a draft whose groups alone end no earlier than the best: dealing and
+  // refinement move no group, so no rank of it ends before its groups do.
   int best = -1;
   for (int k = 0; k < finish; ++k) {
-    Draft& d = drafts[order[k]];
-    if (best >= 0 && d.makespan >= drafts[best].makespan) break;
+    Draft& d = (*drafts)[order[k]];
+    if (best >= 0 && d.makespan >= (*drafts)[best].makespan) break;
+    if (d.same_as >= 0) continue;
+    if (best >= 0 && *std::max_element(d.finish.begin(), d.finish.end()) >=
+                         (*drafts)[best].makespan) {
+      continue;
+    }
     Finish(&d);
-    if (best < 0 || d.makespan < drafts[best].makespan) best = order[k];
+    if (best < 0 || d.makespan < (*drafts)[best].makespan) best = order[k];
   }
+  return best;
+}
+
+absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
+                                           absl::Span<const int64_t> samples,
+                                           const LengthView& lengths) {
+  if (samples.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step, " has no samples"));
+  }
+  Enter(PlanPhase::kSizing);
+  double total_tokens = 0;
+  RETURN_IF_ERROR(ReadItems(step, samples, lengths, &total_tokens));
+  RETURN_IF_ERROR(SizeItems(step));
+  // Every (threshold, fill) variant is built and estimated; the most
+  // promising ones are finished exactly and the best of those is kept.
+  std::vector<Draft> drafts;
+  drafts.reserve(2 * options_.split_thresholds.size());
+  for (bool fill : {false, true}) {
+    for (double beta : options_.split_thresholds) {
+      drafts.push_back(Build(beta * mean_load_, fill, drafts));
+    }
+  }
+  const int best = FinishMostPromising(&drafts);
   Enter(PlanPhase::kUniform);
   KeepUniformIfFaster(total_tokens, &drafts[best]);
   Enter(PlanPhase::kEmit);

@@ -135,6 +135,37 @@ TEST(PlannerTest, IsDeterministic) {
   }
 }
 
+// A repeated threshold builds drafts equal to earlier ones, which are
+// neither placed nor finished: the plan is the one without the repeats.
+TEST(PlannerTest, RepeatedThresholdsPlanAsTheDistinctOnes) {
+  Cluster s{*BuiltinModel("llama3-70b"), 64};
+  std::vector<int32_t> lengths = SkewedLengths(2000, 5, 200000);
+  LengthView view(lengths, 524288);
+  std::vector<int64_t> ids = AllIds(lengths.size());
+  auto plan = [&](std::vector<double> thresholds) {
+    PlannerOptions o;
+    o.world_size = s.world;
+    o.split_thresholds = std::move(thresholds);
+    o.finished_variants = 8;  // every distinct draft finished
+    absl::StatusOr<Planner> planner =
+        Planner::Create(CostModel::FromSpecs(s.cluster, s.model, s.world), o);
+    EXPECT_TRUE(planner.ok()) << planner.status();
+    absl::StatusOr<StepPlan> p = planner->PlanStep(3, ids, view);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : StepPlan();
+  };
+  const StepPlan distinct = plan({0.5, 1.0});
+  const StepPlan repeated = plan({0.5, 0.5, 1.0, 0.5});
+  ASSERT_FALSE(distinct.tasks.empty());
+  EXPECT_EQ(repeated.predicted_makespan_s, distinct.predicted_makespan_s);
+  ASSERT_EQ(repeated.tasks.size(), distinct.tasks.size());
+  for (size_t i = 0; i < distinct.tasks.size(); ++i) {
+    EXPECT_EQ(repeated.tasks[i].ranks, distinct.tasks[i].ranks);
+    EXPECT_EQ(repeated.tasks[i].samples, distinct.tasks[i].samples);
+    EXPECT_EQ(repeated.tasks[i].recompute, distinct.tasks[i].recompute);
+  }
+}
+
 TEST(PlannerTest, ComesCloseToTheLowerBoundOnABalancedLoad) {
   Cluster s{*BuiltinModel("llama3-8b"), 32};
   std::vector<int32_t> lengths = SkewedLengths(3000, 21, 100000);

@@ -47,6 +47,7 @@ uint64_t ShuffledOrder::EpochSeed(uint64_t seed, int64_t epoch) {
 void ShuffledOrder::StartEpoch(int64_t epoch) {
   epoch_ = epoch;
   next_position_ = 0;
+  next_partner_ = -1;
   swapped_.clear();
   dense_.clear();
   uint64_t sm = EpochSeed(seed_, epoch);
@@ -97,7 +98,20 @@ int64_t ShuffledOrder::Next() {
   }
   const int64_t i = next_position_++;
   const int64_t j =
-      i + static_cast<int64_t>(Uniform(static_cast<uint64_t>(n_ - i)));
+      next_partner_ >= 0
+          ? next_partner_
+          : i + static_cast<int64_t>(Uniform(static_cast<uint64_t>(n_ - i)));
+  // The next position's partner, drawn now (the same draws in the same
+  // order) so that its entry is in cache by the next call.
+  next_partner_ = -1;
+  if (next_position_ < n_) {
+    next_partner_ = next_position_ +
+                    static_cast<int64_t>(
+                        Uniform(static_cast<uint64_t>(n_ - next_position_)));
+    if (!dense_.empty()) {
+      __builtin_prefetch(dense_.data() + next_partner_);
+    }
+  }
   if (!dense_.empty()) {
     // Position i is never read again: only j needs what was at i.
     const uint32_t at_j = dense_[static_cast<size_t>(j)];
@@ -158,8 +172,25 @@ double StepBuilder::SampleCost(int64_t id) const {
   return options_.sample_cost(lengths_[id]);
 }
 
+StepBuilder::Drawn StepBuilder::Draw() {
+  while (ahead_count_ < kDrawAhead) {
+    Drawn& d = ahead_[(ahead_head_ + ahead_count_) % kDrawAhead];
+    d.id = order_.Next();
+    d.epoch = order_.epoch();
+    d.ends_epoch = order_.Done();
+    lengths_.Prefetch(d.id);
+    ++ahead_count_;
+  }
+  const Drawn d = ahead_[ahead_head_];
+  ahead_head_ = (ahead_head_ + 1) % kDrawAhead;
+  --ahead_count_;
+  return d;
+}
+
 absl::StatusOr<StepBuilder::FormedStep> StepBuilder::FormStep() {
   FormedStep step;
+  // The cost estimates serve only the look-ahead.
+  const bool costs = options_.lookahead_steps > 0;
   auto add = [&](int64_t id) -> absl::Status {
     const int64_t len = lengths_[id];
     if (len <= 0) {
@@ -169,29 +200,24 @@ absl::StatusOr<StepBuilder::FormedStep> StepBuilder::FormStep() {
     }
     step.samples.push_back(id);
     step.tokens += len;
-    step.cost += SampleCost(id);
+    if (costs) step.cost += SampleCost(id);
     return absl::OkStatus();
   };
 
-  if (carried_ >= 0) {
-    step.epoch = carried_epoch_;
-    const int64_t id = carried_;
-    carried_ = -1;
-    RETURN_IF_ERROR(add(id));
-  } else {
-    const int64_t id = order_.Next();
-    step.epoch = order_.epoch();
-    RETURN_IF_ERROR(add(id));
-  }
+  Drawn first = carried_;
+  carried_ = Drawn{};
+  if (first.id < 0) first = Draw();
+  step.epoch = first.epoch;
+  RETURN_IF_ERROR(add(first.id));
   // A step ends at the end of its epoch so that no sample can be in it twice.
-  while (!order_.Done()) {
-    const int64_t id = order_.Next();
-    if (step.tokens + lengths_[id] > options_.tokens_per_step) {
-      carried_ = id;
-      carried_epoch_ = order_.epoch();
+  for (bool ends = first.ends_epoch; !ends;) {
+    const Drawn d = Draw();
+    if (step.tokens + lengths_[d.id] > options_.tokens_per_step) {
+      carried_ = d;
       break;
     }
-    RETURN_IF_ERROR(add(id));
+    RETURN_IF_ERROR(add(d.id));
+    ends = d.ends_epoch;
   }
   return step;
 }

@@ -1,6 +1,7 @@
 #ifndef DCP_SCHEDULER_PLANNER_STEP_BUILDER_H_
 #define DCP_SCHEDULER_PLANNER_STEP_BUILDER_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -79,6 +80,9 @@ class ShuffledOrder {
   uint64_t seed_;
   int64_t epoch_ = 0;
   int64_t next_position_ = 0;
+  /// The swap partner of `next_position_`, drawn one call early so that the
+  /// array's entry is prefetched; -1 when not drawn yet.
+  int64_t next_partner_ = -1;
   uint64_t state_[4];
   int64_t dense_after_;
   /// Position -> id for positions >= next_position_ whose id differs from
@@ -164,6 +168,18 @@ class StepBuilder {
 
   StepBuilder(LengthView lengths, StepBuilderOptions options);
 
+  /// A sample as drawn from the shuffle.
+  struct Drawn {
+    int64_t id = -1;
+    int64_t epoch = 0;
+    bool ends_epoch = false;  // the last sample of its epoch
+  };
+  /// The next sample of the shuffle. Samples are drawn `kDrawAhead` ahead
+  /// of use and their lengths prefetched: a step reads the length table in
+  /// shuffled order, a cache miss a sample otherwise.
+  Drawn Draw();
+  static constexpr int kDrawAhead = 16;
+
   absl::StatusOr<FormedStep> FormStep();
   /// Moves samples between the steps of `window_` (see the class comment).
   void Rebalance();
@@ -187,9 +203,12 @@ class StepBuilder {
   LengthView lengths_;
   StepBuilderOptions options_;
   ShuffledOrder order_;
-  /// A drawn sample that did not fit the previous step; -1 when none.
-  int64_t carried_ = -1;
-  int64_t carried_epoch_ = 0;
+  /// Drawn samples not yet used: a ring of `ahead_count_` from `ahead_head_`.
+  std::array<Drawn, kDrawAhead> ahead_;
+  int ahead_head_ = 0;
+  int ahead_count_ = 0;
+  /// A drawn sample that did not fit the previous step; id -1 when none.
+  Drawn carried_;
   std::deque<FormedStep> window_;
   int64_t steps_emitted_ = 0;
 };

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -9,21 +10,51 @@
 namespace dcp {
 namespace planner_internal {
 
-Draft StepPlanner::Build(double limit, bool fill) const {
+Draft StepPlanner::Build(double limit, bool fill,
+                         const std::vector<Draft>& built) const {
   Draft d;
-  d.finish.assign(world_, 0.0);
-  d.rank_packs.assign(world_, {});
+  d.fill = fill;
   std::vector<int> short_items;
   short_items.reserve(items_.size());
   Enter(PlanPhase::kPacking);
   ChooseGroups(limit, fill, &short_items, &d);
-  if (fill) Fill(&short_items, &d);
+  d.groups.reserve(3 * d.long_tasks.size());
+  for (const LongTask& t : d.long_tasks) {
+    d.groups.insert(d.groups.end(), {t.item, t.config.p, t.config.k});
+  }
+  // Equal groups fill alike; a draft whose filling took nothing is also the
+  // unfilled draft of its groups.
+  d.same_as = SameAs(d, built, /*unfilled=*/!fill);
+  if (d.same_as < 0 && fill) {
+    Fill(&short_items, &d);
+    d.filled = std::any_of(d.long_tasks.begin(), d.long_tasks.end(),
+                           [](const LongTask& t) { return !t.extra.empty(); });
+    if (!d.filled) d.same_as = SameAs(d, built, /*unfilled=*/true);
+  }
+  if (d.same_as >= 0) {
+    d.makespan = built[d.same_as].makespan;
+    return d;
+  }
+  d.finish.assign(world_, 0.0);
+  d.rank_packs.assign(world_, {});
   Enter(PlanPhase::kPlacement);
   PlaceGroups(&d);
   Enter(PlanPhase::kPacking);
   d.short_items = std::move(short_items);
   d.makespan = WaterLevel(d);
   return d;
+}
+
+int StepPlanner::SameAs(const Draft& d, const std::vector<Draft>& built,
+                        bool unfilled) {
+  for (size_t e = 0; e < built.size(); ++e) {
+    const Draft& o = built[e];
+    if (o.same_as < 0 && o.groups == d.groups &&
+        (o.fill == d.fill || (unfilled && !o.filled))) {
+      return static_cast<int>(e);
+    }
+  }
+  return -1;
 }
 
 void StepPlanner::ChooseGroups(double limit, bool fill,
@@ -258,6 +289,13 @@ void StepPlanner::Fill(std::vector<int>* short_items, Draft* d) const {
   std::vector<int>& order = *short_items;  // already longest first
   const int n = static_cast<int>(order.size());
   if (n == 0) return;
+  // Groups with room for the shortest sequence where riding costs less.
+  const double shortest = items_[order.back()].length;
+  auto takes = [&](const LongTask& t) {
+    return t.config.spare_tokens >= std::max(1.0, shortest) &&
+           t.config.fill_cost_per_token < short_cost_per_token_;
+  };
+  if (std::none_of(d->long_tasks.begin(), d->long_tasks.end(), takes)) return;
   std::vector<int> next(n + 1);
   std::iota(next.begin(), next.end(), 0);
   auto find = [&](int i) {
@@ -267,24 +305,19 @@ void StepPlanner::Fill(std::vector<int>* short_items, Draft* d) const {
     }
     return i;
   };
+  // The lengths in one array: the searches below then read little memory.
+  std::vector<double> length(n);
+  for (int i = 0; i < n; ++i) length[i] = items_[order[i]].length;
   std::vector<bool> taken(n, false);
   for (LongTask& t : d->long_tasks) {
-    if (t.config.spare_tokens < 1 ||
-        t.config.fill_cost_per_token >= short_cost_per_token_) {
-      continue;
-    }
+    if (!takes(t)) continue;
     double spare = t.config.spare_tokens;
     for (;;) {
       // The first position holding a sequence no longer than the spare.
-      int lo = 0, hi = n;
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (items_[order[mid]].length > spare) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
+      const int lo =
+          static_cast<int>(std::lower_bound(length.begin(), length.end(), spare,
+                                            std::greater<double>()) -
+                           length.begin());
       const int i = find(lo);
       if (i >= n) break;
       const Item& it = items_[order[i]];

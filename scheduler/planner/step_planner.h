@@ -78,6 +78,15 @@ struct Draft {
   std::vector<int> short_items;               // longest first
   std::vector<int> next_item;                 // pack lists, -1 ends one
   double makespan = std::numeric_limits<double>::infinity();
+  // The groups as chosen, before filling and placement: (item, p, k) of
+  // each, in item order. Drafts with equal groups and equal riders are the
+  // same plan.
+  std::vector<int> groups;
+  bool fill = false;    // built with filling
+  bool filled = false;  // some short sequence rides in a group
+  // An earlier draft this one equals (-1: none): it is neither placed nor
+  // finished, since it would plan exactly as that one does.
+  int same_as = -1;
 };
 
 // A winner tree over the ranks' finish times: the least (or, with
@@ -177,6 +186,17 @@ class StepPlanner {
     ++pack->count;
   }
 
+  // The step's samples and their lengths (read_lengths_), checked against
+  // the length table.
+  absl::Status ReadItems(int64_t step, absl::Span<const int64_t> samples,
+                         const LengthView& lengths, double* total_tokens);
+  // Sorts the items and sizes them: capacities, the short pack config and
+  // the group configs of the candidates.
+  absl::Status SizeItems(int64_t step);
+  // Finishes the drafts most likely to win (see PlannerOptions) and returns
+  // the index of the fastest.
+  int FinishMostPromising(std::vector<Draft>* drafts) const;
+  // items_ from samples_ and read_lengths_, longest first.
   void SortByLength();
   void ChooseShortPackConfig();
   absl::Status ComputeGroupConfigs();
@@ -185,7 +205,14 @@ class StepPlanner {
   std::vector<Block> BlocksOf(int p) const;
   // Splits the sequences into groups and short ones for a split threshold,
   // places the groups and estimates the step time (`WaterLevel`).
-  Draft Build(double limit, bool fill) const;
+  // A draft that equals one of `built` is only marked `same_as` it, with
+  // its estimate.
+  Draft Build(double limit, bool fill, const std::vector<Draft>& built) const;
+  // The first of `built` (not itself a copy) that plans exactly as `d`, or
+  // -1: equal groups, and either both built alike or, when `unfilled` (`d`
+  // has no riders), one without riders.
+  static int SameAs(const Draft& d, const std::vector<Draft>& built,
+                    bool unfilled);
   // Build's parts: which candidates become groups (the rest joins
   // `short_items`), then where each group runs.
   void ChooseGroups(double limit, bool fill, std::vector<int>* short_items,
@@ -225,10 +252,11 @@ class StepPlanner {
   const int layers_;
   const int node_;
 
-  absl::Span<const int64_t> samples_;  // the step's samples, as given
-  std::vector<Item> items_;            // the step's sequences, longest first
-  std::vector<double> prefix_tokens_;  // tokens of items_[0, i)
-  std::vector<double> max_tokens_;     // per recompute step k
+  absl::Span<const int64_t> samples_;   // the step's samples, as given
+  std::vector<uint32_t> read_lengths_;  // their lengths, in that order
+  std::vector<Item> items_;             // the step's sequences, longest first
+  std::vector<double> prefix_tokens_;   // tokens of items_[0, i)
+  std::vector<double> max_tokens_;      // per recompute step k
   int short_k_ = 0;
   double short_recompute_ = 0;
   double short_cap_ = 0;

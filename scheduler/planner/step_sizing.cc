@@ -19,16 +19,14 @@ void StepPlanner::SortByLength() {
   // narrow as the longest length allows (two passes of 10 bits for a
   // 524288-token window): much faster than a comparison sort on the 10^5
   // sequences of a large step, and the later passes over the sequences then
-  // read memory in order.
-  const int n = static_cast<int>(items_.size());
-  uint32_t longest = 0;
-  for (const Item& it : items_) {
-    longest = std::max(longest, static_cast<uint32_t>(it.length));
-  }
+  // read memory in order. The items are written once, sorted, from the keys.
+  const std::vector<uint32_t>& length = read_lengths_;
+  const int n = static_cast<int>(length.size());
+  const uint32_t longest = *std::max_element(length.begin(), length.end());
   std::vector<uint64_t> a(n), b(n);
   for (int i = 0; i < n; ++i) {
-    const uint32_t key = longest - static_cast<uint32_t>(items_[i].length);
-    a[i] = (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(i);
+    a[i] = (static_cast<uint64_t>(longest - length[i]) << 32) |
+           static_cast<uint32_t>(i);
   }
   int bits = 0;
   while (bits < 32 && (static_cast<uint64_t>(longest) >> bits) != 0) ++bits;
@@ -42,9 +40,19 @@ void StepPlanner::SortByLength() {
     for (uint64_t v : a) b[count[(v >> shift) & mask]++] = v;
     a.swap(b);
   }
-  std::vector<Item> sorted(n);
-  for (int k = 0; k < n; ++k) sorted[k] = items_[a[k] & 0xFFFFFFFFu];
-  items_.swap(sorted);
+  items_.resize(n);
+  constexpr int kPrefetchAhead = 16;
+  for (int k = 0; k < n; ++k) {
+    if (k + kPrefetchAhead < n) {
+      __builtin_prefetch(samples_.data() +
+                         (a[k + kPrefetchAhead] & 0xFFFFFFFFu));
+    }
+    Item& it = items_[k];
+    it.id = samples_[a[k] & 0xFFFFFFFFu];
+    it.length =
+        static_cast<double>(longest - static_cast<uint32_t>(a[k] >> 32));
+    it.units = model_.AttentionUnits(it.length);
+  }
 }
 
 void StepPlanner::ChooseShortPackConfig() {
@@ -92,6 +100,12 @@ GroupConfig StepPlanner::MakeConfig(const Item& it, int p, int k) const {
 
 absl::Status StepPlanner::AddGroupConfigs(int i) {
   const Item& it = items_[i];
+  // The previous candidate, when as long, has the same configurations.
+  if (i > 0 && static_cast<size_t>(i) == configs_.size() &&
+      items_[i - 1].length == it.length) {
+    configs_.push_back(configs_.back());
+    return absl::OkStatus();
+  }
   std::vector<GroupConfig> configs;
   for (int p : sizes_) {
     const int k = MinRecompute(it.length / p);
@@ -117,16 +131,23 @@ absl::Status StepPlanner::ComputeGroupConfigs() {
   item_cost_.resize(items_.size());
   double total_area = 0;
   const int n = static_cast<int>(items_.size());
+  // Costs depend on the length alone, and equal lengths are adjacent: each
+  // is computed once per distinct length.
+  double best_area = 0;
   for (int i = 0; i < n; ++i) {
     const Item& it = items_[i];
-    single_dur_[i] = PackCost(it.length, it.units);
+    const bool repeat = i > 0 && it.length == items_[i - 1].length;
+    single_dur_[i] =
+        repeat ? single_dur_[i - 1] : PackCost(it.length, it.units);
     item_cost_[i] = single_dur_[i] - pack_overhead_;
     if (it.length > short_cap_) {
       RETURN_IF_ERROR(AddGroupConfigs(i));
-      double best = std::numeric_limits<double>::infinity();
-      for (const GroupConfig& c : configs_.back())
-        best = std::min(best, c.area);
-      total_area += best;
+      if (!repeat) {
+        best_area = std::numeric_limits<double>::infinity();
+        for (const GroupConfig& c : configs_.back())
+          best_area = std::min(best_area, c.area);
+      }
+      total_area += best_area;
     } else {
       total_area += item_cost_[i] + pack_overhead_ * it.length / short_cap_;
     }

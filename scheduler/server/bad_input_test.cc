@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -258,6 +259,60 @@ class Harness {
     return reader->Finish();
   }
 
+  /// Opens a StreamNodePlans stream that must send no plan: only its
+  /// ranks' ends, each with the status the call ends with (returned).
+  grpc::Status RefusedNodeStream(const v1::NodePlansRequest& request) {
+    std::unique_ptr<grpc::ClientContext> context = Context();
+    auto reader = stub_->StreamNodePlans(context.get(), request);
+    v1::NodePlanUpdate update;
+    std::vector<int32_t> end_codes;
+    while (reader->Read(&update)) {
+      for (const v1::RankPlanUpdate& part : update.updates()) {
+        if (!part.has_end()) {
+          return grpc::Status(grpc::StatusCode::INTERNAL,
+                              "the stream sent a plan");
+        }
+        end_codes.push_back(part.end().code());
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    for (int32_t code : end_codes) {
+      if (code != static_cast<int32_t>(status.error_code())) {
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            "a rank's end differs from the call's");
+      }
+    }
+    return status;
+  }
+
+  /// Sends `batch` on a StreamNodeReports stream and returns the status its
+  /// first result carries; the stream must end OK with one result batch.
+  grpc::Status NodeReport(const v1::TimingReportBatch& batch) {
+    std::unique_ptr<grpc::ClientContext> context = Context();
+    auto stream = stub_->StreamNodeReports(context.get());
+    if (!stream->Write(batch)) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
+    }
+    stream->WritesDone();
+    v1::ReportResultBatch results;
+    const bool read = stream->Read(&results);
+    const grpc::Status end = stream->Finish();
+    if (!end.ok()) return end;
+    if (!read || results.results().empty()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "no result");
+    }
+    const v1::ReportResult& first = results.results(0);
+    return grpc::Status(static_cast<grpc::StatusCode>(first.code()),
+                        first.message());
+  }
+
+  /// A StreamNodePlans request for `ranks`, each from step 0.
+  v1::NodePlansRequest NodeRequest(const std::vector<int>& ranks) const {
+    v1::NodePlansRequest request;
+    for (int rank : ranks) *request.add_ranks() = StreamRequest(rank);
+    return request;
+  }
+
   v1::StreamPlansRequest StreamRequest(int rank, int64_t from_step = 0) const {
     v1::StreamPlansRequest request;
     request.set_rank(rank);
@@ -385,10 +440,11 @@ std::function<grpc::Status(Harness&)> Store(
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Code = grpc::StatusCode;
 
-/// The table. Keep README.md's "Bad input" table in step (the test below
-/// compares them).
-std::vector<BadInputCase> Cases() {
-  std::vector<BadInputCase> cases = {
+// The table, a function per call (or per part of one), in the order of
+// README.md's "Bad input" table; `Cases` joins them.
+
+std::vector<BadInputCase> RegisterCases() {
+  return {
       {"RegisterRankOutsideWorld", Code::INVALID_ARGUMENT,
        "rank 9 is outside the world of 4 ranks",
        [](Harness& h) { return h.Register(Harness::Registration(9)); }},
@@ -411,6 +467,12 @@ std::vector<BadInputCase> Cases() {
          if (!s.ok()) return s;
          return h.EndOfStream(1);
        }},
+  };
+}
+
+/// StreamPlans and StreamNodePlans.
+std::vector<BadInputCase> StreamPlanCases() {
+  return {
       {"StreamPlansRankOutsideWorld", Code::INVALID_ARGUMENT,
        "rank 4 is outside the world",
        [](Harness& h) {
@@ -440,6 +502,21 @@ std::vector<BadInputCase> Cases() {
        [](Harness& h) {
          return h.RefusedStream(h.StreamRequest(2, -5), h.Context());
        }},
+      {"StreamNodePlansNoRanks", Code::INVALID_ARGUMENT,
+       "StreamNodePlans names no ranks",
+       [](Harness& h) { return h.RefusedNodeStream(h.NodeRequest({})); }},
+      {"StreamNodePlansRankTwice", Code::INVALID_ARGUMENT,
+       "StreamNodePlans names rank 2 twice",
+       [](Harness& h) { return h.RefusedNodeStream(h.NodeRequest({2, 2})); }},
+      {"StreamNodePlansRankOutsideWorld", Code::INVALID_ARGUMENT,
+       "rank 4 is outside the world",
+       [](Harness& h) { return h.RefusedNodeStream(h.NodeRequest({4})); }},
+  };
+}
+
+/// A report for a rank, epoch or step it may not name.
+std::vector<BadInputCase> ReportTargetCases() {
+  return {
       {"ReportRankOutsideWorld", Code::INVALID_ARGUMENT,
        "rank 7 is outside the world",
        Rank1Report([](v1::TimingReport& r) { r.set_rank(7); })},
@@ -455,6 +532,12 @@ std::vector<BadInputCase> Cases() {
       {"ReportNegativeStep", Code::INVALID_ARGUMENT,
        "for step -1: the step has not been planned",
        Rank1Report([](v1::TimingReport& r) { r.set_step(-1); })},
+  };
+}
+
+/// A report whose tasks are not the plan's, or whose figures cannot be.
+std::vector<BadInputCase> ReportTaskCases() {
+  return {
       {"ReportTaskNotOfRank", Code::INVALID_ARGUMENT, "not on rank 1",
        [](Harness& h) {
          // Rank 1 reports a task of rank 0's or 2's that it is not in.
@@ -510,6 +593,12 @@ std::vector<BadInputCase> Cases() {
        "peak_memory_bytes -4 is negative", Rank1Report([](v1::TimingReport& r) {
          r.mutable_tasks(0)->set_peak_memory_bytes(-4);
        })},
+  };
+}
+
+/// A report sent again, on the report streams, or too large.
+std::vector<BadInputCase> ReportRepeatCases() {
+  return {
       {"ReportTwice", Code::ALREADY_EXISTS, "rank 0 already reported the step",
        [](Harness& h) { return h.ReportTimings(Timings(h.Step0(0))); }},
       {"ReportCompletedStep", Code::ALREADY_EXISTS,
@@ -535,12 +624,30 @@ std::vector<BadInputCase> Cases() {
          report.mutable_tasks(0)->set_seconds(kNaN);
          return h.StreamReport(report);
        }},
+      {"StreamNodeReportsEmptyBatch", Code::INVALID_ARGUMENT,
+       "a TimingReportBatch carries 0 reports; it needs 1 to 4096",
+       [](Harness& h) { return h.NodeReport(v1::TimingReportBatch()); }},
+      {"StreamNodeReportsBadReport", Code::INVALID_ARGUMENT,
+       "seconds nan is not finite",
+       [](Harness& h) {
+         // Answered in its result of the batch; the stream ends OK.
+         v1::TimingReportBatch batch;
+         v1::TimingReport& report = *batch.add_reports();
+         report = h.Rank1Report();
+         report.mutable_tasks(0)->set_seconds(kNaN);
+         return h.NodeReport(batch);
+       }},
       {"ReportTooLarge", Code::RESOURCE_EXHAUSTED, "larger than max",
        Rank1Report([](v1::TimingReport& r) {
          for (int i = 0; i < kMaxMessageBytes; ++i) {
            r.mutable_tasks(0)->add_sample_lengths(1 << 20);
          }
        })},
+  };
+}
+
+std::vector<BadInputCase> ProfileCases() {
+  return {
       {"ProfileNoEntries", Code::INVALID_ARGUMENT,
        "profile of rank 1 has no entries",
        [](Harness& h) {
@@ -560,6 +667,12 @@ std::vector<BadInputCase> Cases() {
       {"ProfileUnregisteredRank", Code::FAILED_PRECONDITION,
        "profile of rank 3: rank 3 has not registered",
        Profile(3, [](v1::ProfileEntry&) {})},
+  };
+}
+
+/// The rendezvous store.
+std::vector<BadInputCase> StoreCases() {
+  return {
       {"StoreSetOtherSession", Code::FAILED_PRECONDITION,
        "session 'old' is not this scheduler's",
        Store(
@@ -594,6 +707,12 @@ std::vector<BadInputCase> Cases() {
          get.add_keys(h.Key());
          return h.StoreGet(get);
        }},
+  };
+}
+
+/// The guard: the job id and the bearer token of any call.
+std::vector<BadInputCase> GuardCases() {
+  return {
       {"OtherJobId", Code::PERMISSION_DENIED, "the request is for job 'job-b'",
        [](Harness& h) {
          v1::RegisterResponse response;
@@ -623,6 +742,19 @@ std::vector<BadInputCase> Cases() {
          return reader->Finish();
        }},
   };
+}
+
+/// The table. Keep README.md's "Bad input" table in step (the test below
+/// compares them, row for row).
+std::vector<BadInputCase> Cases() {
+  std::vector<BadInputCase> cases;
+  for (auto* group :
+       {RegisterCases, StreamPlanCases, ReportTargetCases, ReportTaskCases,
+        ReportRepeatCases, ProfileCases, StoreCases, GuardCases}) {
+    std::vector<BadInputCase> rows = group();
+    cases.insert(cases.end(), std::make_move_iterator(rows.begin()),
+                 std::make_move_iterator(rows.end()));
+  }
   return cases;
 }
 

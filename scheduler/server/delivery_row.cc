@@ -182,6 +182,19 @@ void ReduceLoad(const CpuSample& start, const CpuSample& end, double agents_cpu,
   }
 }
 
+// The planning thread's CPU while planning, ms per step, over the steps
+// whose reading is exact.
+double MeanPlanningCpuMs(const std::vector<PlannedStep>& planned) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const PlannedStep& p : planned) {
+    if (!p.exact) continue;
+    sum += absl::ToDoubleMilliseconds(p.planning_cpu);
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
 }  // namespace
 
 absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
@@ -211,7 +224,7 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   AgentRun run(n, max_steps, model, gpus_per_node, config.step_time,
                config.report_stream);
   QueueThreads queues(config.client_threads);
-  AgentFleet fleet(n, stubs, &queues, &run);
+  AgentFleet fleet(n, stubs, &queues, &run, config.ranks_per_stream);
   result.load_before = LoadAverage();
   const CpuSample cpu_start = CpuSample::Take();
   const double agents_cpu_start = queues.CpuSeconds();
@@ -232,6 +245,8 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   const std::vector<PlannedStep> planned = log.Snapshot();
   ReduceLoad(cpu_start, cpu_end, agents_cpu, queues,
              static_cast<int64_t>(planned.size()), run, &result);
+  result.rpc_cpu_ms_per_step =
+      result.server_cpu_ms_per_step - MeanPlanningCpuMs(planned);
   ReduceSteps(planned, fleet, first_measured, max_steps, cpu_start.wall,
               &result);
   return result;

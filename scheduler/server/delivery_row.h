@@ -30,6 +30,9 @@ struct RowConfig {
   int64_t tokens_per_rank = 0;
   absl::Duration step_time;
   bool report_stream = true;
+  /// Ranks per simulated agent stream (1: StreamPlans per rank; more: a
+  /// node's ranks on StreamNodePlans and StreamNodeReports).
+  int ranks_per_stream = 1;
   int64_t window = 0;
   ModelSpec model;
   const std::vector<int32_t>* lengths = nullptr;
@@ -57,6 +60,10 @@ struct RowResult {
   /// process: the scheduler, plus gRPC threads both ends share.
   double agents_cpu_ms_per_step = 0;
   double server_cpu_ms_per_step = 0;
+  /// `server_cpu_ms_per_step` less the planning thread's CPU while
+  /// planning (its mean over the row's steps): the gRPC work both ends
+  /// share, fan-out included, and the control plane's handling of reports.
+  double rpc_cpu_ms_per_step = 0;
   double process_cores = 0;
   double machine_busy = 0;
   double machine_steal = 0;

@@ -60,6 +60,15 @@ grpc::ServerWriteReactor<v1::PlanUpdate>* GuardedSchedulerService::StreamPlans(
   return inner_->StreamPlans(context, request);
 }
 
+grpc::ServerWriteReactor<v1::NodePlanUpdate>*
+GuardedSchedulerService::StreamNodePlans(grpc::CallbackServerContext* context,
+                                         const v1::NodePlansRequest* request) {
+  if (absl::Status s = Admit("StreamNodePlans", *context); !s.ok()) {
+    return new Refusal<grpc::ServerWriteReactor<v1::NodePlanUpdate>>(s);
+  }
+  return inner_->StreamNodePlans(context, request);
+}
+
 grpc::ServerUnaryReactor* GuardedSchedulerService::ReportTimings(
     grpc::CallbackServerContext* context, const v1::TimingReport* request,
     v1::ReportAck* response) {
@@ -76,6 +85,16 @@ GuardedSchedulerService::StreamReports(grpc::CallbackServerContext* context) {
         grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>>(s);
   }
   return inner_->StreamReports(context);
+}
+
+grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
+GuardedSchedulerService::StreamNodeReports(
+    grpc::CallbackServerContext* context) {
+  if (absl::Status s = Admit("StreamNodeReports", *context); !s.ok()) {
+    return new Refusal<grpc::ServerBidiReactor<v1::TimingReportBatch,
+                                               v1::ReportResultBatch>>(s);
+  }
+  return inner_->StreamNodeReports(context);
 }
 
 grpc::ServerUnaryReactor* GuardedSchedulerService::ReportProfile(

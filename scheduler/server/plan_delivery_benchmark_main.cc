@@ -5,12 +5,13 @@
 //
 //   bazel run -c opt //scheduler/server:plan_delivery_benchmark --
 //     --agents=256,1024 --steps=100 [--step_ms=100] [--channels=8]
-//     [--fanout_threads=-1]
+//     [--fanout_threads=-1] [--ranks_per_stream=8]
 //
 // Per row it starts an in-process SchedulerServer on 127.0.0.1:0 (bundled
 // Wikipedia trace, llama3-8b, world = N, N * --tokens_per_rank tokens a
-// step), registers N agents and opens their N StreamPlans streams,
-// multiplexed over --channels HTTP/2 connections and driven by
+// step), registers N agents and opens their plan streams (N StreamPlans
+// streams, or with --ranks_per_stream=k one StreamNodePlans stream per k
+// ranks, a node-level agent's, with its reports batched), multiplexed over --channels HTTP/2 connections and driven by
 // --client_threads completion-queue threads (the async API: real agents are
 // separate processes, and a thread per agent would measure the OS scheduler).
 // Each agent reports the timings of every step it receives (one TaskTiming
@@ -90,6 +91,12 @@ ABSL_FLAG(int64_t, tokens_per_rank, 65536,
 ABSL_FLAG(bool, report_stream, true,
           "Agents send their timing reports on one StreamReports stream each "
           "(false: a ReportTimings call per step).");
+ABSL_FLAG(int, ranks_per_stream, 8,
+          "Ranks per agent stream: 1 = a StreamPlans and a StreamReports "
+          "stream per rank (one dcp-agent per GPU); N > 1 = each N ranks "
+          "(a node's) share one StreamNodePlans and one StreamNodeReports "
+          "stream (a node-level agent), so a step costs one plan write and "
+          "one report batch per node.");
 ABSL_FLAG(double, step_ms, 0,
           "Simulated compute per step: an agent reports a step this long "
           "after starting it, one step at a time (0 = report on receipt).");
@@ -144,6 +151,13 @@ absl::StatusOr<BenchmarkOptions> OptionsFromFlags() {
   config.tokens_per_rank = absl::GetFlag(FLAGS_tokens_per_rank);
   config.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   config.report_stream = absl::GetFlag(FLAGS_report_stream);
+  config.ranks_per_stream = absl::GetFlag(FLAGS_ranks_per_stream);
+  if (config.ranks_per_stream < 1 ||
+      (config.ranks_per_stream > 1 && !config.report_stream)) {
+    return absl::InvalidArgumentError(
+        "--ranks_per_stream must be >= 1, and 1 with --report_stream=false "
+        "(node streams report in batches on StreamNodeReports)");
+  }
   config.window = absl::GetFlag(FLAGS_window);
   if (config.steps < 2 || config.warmup_steps < 0 ||
       config.lookahead_steps < 1 || config.refit_every < 1 ||
@@ -177,12 +191,14 @@ void PrintSettings(const BenchmarkOptions& options, const RowConfig& config,
   std::printf(
       "plan delivery: %s, %s (%zu samples), %lld tokens/rank/step, window "
       "%lld, lookahead %d, refit every %d, %d channels, %d client threads, "
-      "fan-out threads %d (-1 auto), reports on %s, %s, %d CPUs\n",
+      "fan-out threads %d (-1 auto), reports on %s, %d ranks per stream, %s, "
+      "%d CPUs\n",
       config.model.name.c_str(), options.lengths_flag.c_str(), samples,
       static_cast<long long>(config.tokens_per_rank),
       static_cast<long long>(config.window), config.lookahead_steps,
       config.refit_every, config.channels, config.client_threads,
       config.fanout_threads, config.report_stream ? "a stream" : "unary calls",
+      config.ranks_per_stream,
       config.step_time > absl::ZeroDuration()
           ? absl::StrFormat("agents compute %.0f ms a step",
                             absl::ToDoubleMilliseconds(config.step_time))
@@ -222,17 +238,19 @@ void PrintTables(const std::vector<RowResult>& rows) {
   std::printf(
       "\nload (ms per step: client = wall in the simulated agents' handlers, "
       "agents cpu = CPU of their queue threads, server cpu = the rest of this "
-      "process: the scheduler and the gRPC threads both ends share; cores: "
+      "process: the scheduler and the gRPC threads both ends share; rpc cpu = "
+      "server cpu less the planning thread's mean CPU while planning; cores: "
       "CPU / wall)\n"
-      "agents  B/msg  client  agents cpu  server cpu  proc cores  other cores  "
-      "machine busy  steal  threads  register s\n");
+      "agents  B/msg  client  agents cpu  server cpu  rpc cpu  proc cores  "
+      "other cores  machine busy  steal  threads  register s\n");
   for (const RowResult& r : rows) {
     if (!r.ran) continue;
     std::printf(
-        "%6d  %5.0f  %6.2f  %10.2f  %10.2f  %10.2f  %11.2f  %11.0f%%  %4.0f%%  "
-        "%7d  %10.2f\n",
+        "%6d  %5.0f  %6.2f  %10.2f  %10.2f  %7.2f  %10.2f  %11.2f  %11.0f%%  "
+        "%4.0f%%  %7d  %10.2f\n",
         r.agents, r.bytes_per_message, r.client_ms_per_step,
-        r.agents_cpu_ms_per_step, r.server_cpu_ms_per_step, r.process_cores,
+        r.agents_cpu_ms_per_step, r.server_cpu_ms_per_step,
+        r.rpc_cpu_ms_per_step, r.process_cores,
         r.other_cores, 100 * r.machine_busy, 100 * r.machine_steal, r.threads,
         r.register_s);
   }

@@ -31,11 +31,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -66,7 +68,12 @@ ABSL_FLAG(int64_t, max_steps, 0,
           "Stop planning after this many steps and drain (0 = unlimited).");
 ABSL_FLAG(bool, profile_at_start, false,
           "Before step 0, have every agent profile the attention layer over a "
-          "small grid (ProfileRequest) and refit the cost model from it.");
+          "grid (ProfileRequest) and refit the cost model from it.");
+ABSL_FLAG(std::vector<std::string>, profile_lengths, {},
+          "With --profile_at_start: the sequence lengths of the profile grid, "
+          "comma-separated (default: 256, 1024, ... x4 and the window; a grid "
+          "to a long window costs minutes a rank, `dcp-bench` prints the "
+          "cost: set --profile_timeout above it).");
 ABSL_FLAG(absl::Duration, profile_timeout, absl::Seconds(60),
           "With --profile_at_start: how long after the first registration to "
           "wait for every rank's profile before planning without the rest.");
@@ -118,7 +125,8 @@ ABSL_FLAG(std::string, on_rank_failure, "hold",
           "it registers again; shrink: a new epoch for the remaining ranks, "
           "the steps not completed re-planned for them (a rank that returns "
           "is in the world again from the next step). shrink refuses "
-          "execute-mode agents and --state_dir.");
+          "execute-mode agents; with --state_dir each epoch change is "
+          "durable and survives a restart.");
 ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
           "After a stop, how long to wait for plan streams to end.");
 
@@ -267,6 +275,20 @@ absl::StatusOr<std::unique_ptr<FileStateStore>> OpenStateDir() {
   return store;
 }
 
+/// --profile_lengths as numbers; empty for the default grid.
+absl::StatusOr<std::vector<int64_t>> ProfileLengthsFromFlag() {
+  std::vector<int64_t> lengths;
+  for (const std::string& text : absl::GetFlag(FLAGS_profile_lengths)) {
+    int64_t length = 0;
+    if (!absl::SimpleAtoi(text, &length) || length <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--profile_lengths: '", text, "' is not a positive integer"));
+    }
+    lengths.push_back(length);
+  }
+  return lengths;
+}
+
 absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   const JobConfig job = JobConfigFromFlags();
   SchedulerServerOptions options;
@@ -296,6 +318,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   cp.profile_at_start = absl::GetFlag(FLAGS_profile_at_start);
   cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);
+  ASSIGN_OR_RETURN(cp.profile_lengths, ProfileLengthsFromFlag());
   cp.rank_timeout = absl::GetFlag(FLAGS_rank_timeout);
   const std::string policy = absl::GetFlag(FLAGS_on_rank_failure);
   if (policy == "hold") {

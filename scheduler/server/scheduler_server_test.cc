@@ -325,6 +325,133 @@ TEST_F(SchedulerServerTest, ReportStreamAnswersEveryReportInOrder) {
   EXPECT_EQ(status.ranks(0).last_reported_step(), 1);
 }
 
+// A node stream carries, per rank, what that rank's own StreamPlans stream
+// would (every step in order, as planned, then the drain and an OK end),
+// and a node report stream answers each batch with one result per report,
+// in order.
+TEST_F(SchedulerServerTest, NodeStreamsCarryEveryRanksStepsAndReports) {
+  SchedulerServerOptions o = Options();
+  o.control_plane.max_steps = 10;
+  StartServer(std::move(o));
+  absl::StatusOr<v1::RegisterResponse> hello;
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE((hello = Register(r)).ok());
+
+  std::unique_ptr<v1::Scheduler::Stub> stub = Stub();
+  grpc::ClientContext plans_context, reports_context;
+  SetDeadline(plans_context);
+  SetDeadline(reports_context);
+  v1::NodePlansRequest request;
+  for (int r = 0; r < kWorld; ++r) {
+    v1::StreamPlansRequest* one = request.add_ranks();
+    one->set_rank(r);
+    one->set_session_id(hello->session_id());
+  }
+  auto plans = stub->StreamNodePlans(&plans_context, request);
+  auto reports = stub->StreamNodeReports(&reports_context);
+  std::vector<AgentLog> logs(kWorld);
+  std::vector<bool> ended(kWorld, false);
+  int messages = 0;
+  v1::NodePlanUpdate update;
+  while (plans->Read(&update)) {
+    ++messages;
+    v1::TimingReportBatch batch;
+    for (const v1::RankPlanUpdate& part : update.updates()) {
+      ASSERT_GE(part.rank(), 0);
+      ASSERT_LT(part.rank(), kWorld);
+      AgentLog& log = logs[part.rank()];
+      if (part.has_end()) {
+        EXPECT_EQ(part.end().code(), 0) << part.end().message();
+        ended[part.rank()] = true;
+      } else if (part.update().has_drain()) {
+        log.drained = true;
+        log.drain_last_step = part.update().drain().last_step();
+      } else if (part.update().has_step()) {
+        v1::RankStep step = part.update().step();
+        absl::StatusOr<v1::StepPlan> plan =
+            server_->control_plane().PlannedStep(step.step());
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        v1::RankStep expected = RankView(*plan, part.rank());
+        step.clear_planned_at_unix_micros();
+        expected.clear_planned_at_unix_micros();
+        EXPECT_EQ(step.SerializeAsString(), expected.SerializeAsString())
+            << "rank " << part.rank() << " step " << step.step();
+        log.steps.push_back(step.step());
+        *batch.add_reports() = Timings(part.update().step());
+      }
+    }
+    if (batch.reports().empty()) continue;
+    ASSERT_TRUE(reports->Write(batch));
+    v1::ReportResultBatch results;
+    ASSERT_TRUE(reports->Read(&results));
+    ASSERT_EQ(results.results_size(), batch.reports_size());
+    for (int i = 0; i < batch.reports_size(); ++i) {
+      EXPECT_EQ(results.results(i).rank(), batch.reports(i).rank());
+      EXPECT_EQ(results.results(i).step(), batch.reports(i).step());
+      EXPECT_EQ(results.results(i).code(), 0) << results.results(i).message();
+    }
+  }
+  const grpc::Status end = plans->Finish();
+  EXPECT_TRUE(end.ok()) << end.error_message();
+  ASSERT_TRUE(reports->WritesDone());
+  EXPECT_TRUE(reports->Finish().ok());
+  for (int r = 0; r < kWorld; ++r) {
+    logs[r].finish = end;
+    EXPECT_TRUE(ended[r]) << "rank " << r;
+  }
+  ExpectStepsThenDrain(logs, 9);
+  // Coalesced: fewer messages than the ranks' own streams would send (ten
+  // steps and a drain each).
+  EXPECT_LT(messages, kWorld * 11);
+  const v1::StatusResponse status = Status();
+  EXPECT_EQ(status.timing_reports(), 10 * kWorld);
+  EXPECT_EQ(status.completed_steps(), 10);
+}
+
+// One rank of a node stream replaced by its own StreamPlans stream ends in
+// its part (ABORTED); the other ranks' parts go on.
+TEST_F(SchedulerServerTest, NodeStreamEndsOneRanksPartAlone) {
+  StartServer(Options());
+  absl::StatusOr<v1::RegisterResponse> hello;
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE((hello = Register(r)).ok());
+  ASSERT_TRUE(server_->control_plane().AwaitPlanned(2, absl::Seconds(10)));
+  std::unique_ptr<v1::Scheduler::Stub> stub = Stub();
+  grpc::ClientContext node_context, own_context;
+  SetDeadline(node_context);
+  SetDeadline(own_context);
+  v1::NodePlansRequest request;
+  for (int r : {0, 1}) {
+    v1::StreamPlansRequest* one = request.add_ranks();
+    one->set_rank(r);
+    one->set_session_id(hello->session_id());
+  }
+  auto node = stub->StreamNodePlans(&node_context, request);
+  v1::NodePlanUpdate update;
+  ASSERT_TRUE(node->Read(&update));
+  v1::StreamPlansRequest own = request.ranks(1);
+  own.set_from_step(1);
+  auto replacement = stub->StreamPlans(&own_context, own);
+  v1::PlanUpdate first;
+  ASSERT_TRUE(replacement->Read(&first));
+  EXPECT_EQ(first.step().step(), 1);
+  bool rank1_ended = false;
+  while (!rank1_ended && node->Read(&update)) {
+    for (const v1::RankPlanUpdate& part : update.updates()) {
+      if (!part.has_end()) continue;
+      EXPECT_EQ(part.rank(), 1);
+      EXPECT_EQ(part.end().code(), static_cast<int>(grpc::ABORTED));
+      rank1_ended = true;
+    }
+  }
+  EXPECT_TRUE(rank1_ended);
+  // Rank 0's part is still open: the status shows its stream connected.
+  const v1::StatusResponse status = Status();
+  EXPECT_TRUE(status.ranks(0).connected());
+  node_context.TryCancel();
+  own_context.TryCancel();
+  node->Finish().ok();
+  replacement->Finish().ok();
+}
+
 TEST_F(SchedulerServerTest, UnaryCallsTranslateStatuses) {
   StartServer(Options());
   absl::StatusOr<v1::RegisterResponse> bad = Register(9);

@@ -8,11 +8,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 
@@ -81,9 +83,17 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-class PlanStreamReactor;
-
 }  // namespace
+
+/// The part of a plan-stream reactor that a wake reaches: `PumpLocked`
+/// under the link's lock (`StreamLink::mu`).
+class PlanPump {
+ public:
+  virtual void PumpLocked() = 0;
+
+ protected:
+  ~PlanPump() = default;
+};
 
 /// What a plan stream shares with the wake callback it gave the control
 /// plane. The callback may run on any thread at any time, also after the
@@ -95,7 +105,7 @@ struct StreamLink {
   explicit StreamLink(int shard) : shard(shard) {}
 
   absl::Mutex mu;
-  PlanStreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  PlanPump* reactor ABSL_GUARDED_BY(mu) = nullptr;
   /// The fan-out shard that pumps this stream (-1 without a pool).
   const int shard;
   /// True from a wake's enqueue until the shard thread takes the link (and
@@ -104,60 +114,123 @@ struct StreamLink {
   std::atomic<bool> queued{false};
 };
 
-namespace {
-class ReportStreamReactor;
-}  // namespace
+/// A report-stream reactor as `SchedulerService::Shutdown` reaches it.
+class EndableStream {
+ public:
+  /// Ends the call with UNAVAILABLE once the write in flight, if any, is
+  /// done (the scheduler is shutting down). Any thread.
+  virtual void End() = 0;
 
-/// The open StreamReports calls, so that `SchedulerService::Shutdown` can
-/// end them (gRPC's own shutdown would wait for them until its deadline).
+ protected:
+  ~EndableStream() = default;
+};
+
+/// The open StreamReports and StreamNodeReports calls, so that
+/// `SchedulerService::Shutdown` can end them (gRPC's own shutdown would wait
+/// for them until its deadline).
 struct ReportStreams {
   absl::Mutex mu;
-  absl::flat_hash_set<ReportStreamReactor*> reactors ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<EndableStream*> reactors ABSL_GUARDED_BY(mu);
   bool shut_down ABSL_GUARDED_BY(mu) = false;
 };
 
 namespace {
 
-/// One StreamPlans call. All its state is guarded by `link_->mu`, taken by
-/// every reaction and by wakes; gRPC runs no reaction inline from
-/// `StartWrite` or `Finish` (write and done callbacks are not inlineable on
-/// the server), so calling them under the lock cannot deadlock. Lock order:
-/// `link_->mu`, then the control plane's lock (`NextForStream`), which never
-/// calls a wake while held.
-class PlanStreamReactor final
-    : public grpc::ServerWriteReactor<v1::PlanUpdate> {
+/// The most ranks one StreamNodePlans call subscribes for, and the most
+/// reports one TimingReportBatch carries.
+constexpr int kMaxRanksPerCall = 4096;
+
+/// Pumps the stream behind `link`, if it is not done. Any thread.
+void WakeLink(StreamLink& link) {
+  absl::MutexLock lock(&link.mu);
+  if (link.reactor != nullptr) link.reactor->PumpLocked();
+}
+
+/// OK, or why a StreamNodePlans request cannot be served at all.
+absl::Status CheckNodePlansRequest(const v1::NodePlansRequest& request) {
+  if (request.ranks().empty()) {
+    return absl::InvalidArgumentError("StreamNodePlans names no ranks");
+  }
+  if (request.ranks_size() > kMaxRanksPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StreamNodePlans names ", request.ranks_size(),
+                     " ranks; at most ", kMaxRanksPerCall, " per call"));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (const v1::StreamPlansRequest& rank : request.ranks()) {
+    if (!seen.insert(rank.rank()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "StreamNodePlans names rank ", rank.rank(), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+/// One rank's subscription on a plan stream.
+struct Subscription {
+  v1::StreamPlansRequest request;
+  /// The control plane's stream; 0 until (and unless) it opened.
+  int64_t stream_id = 0;
+  bool ended = false;
+};
+
+/// One StreamPlans call (`Message` = v1::PlanUpdate: one rank, whose
+/// messages go out as the control plane keeps them) or StreamNodePlans call
+/// (v1::NodePlanUpdate: several ranks, and each write carries everything
+/// that is new for any of them since the last, so a step costs one write).
+///
+/// All its state is guarded by `link_->mu`, taken by every reaction and by
+/// wakes; gRPC runs no reaction inline from `StartWrite` or `Finish` (write
+/// and done callbacks are not inlineable on the server), so calling them
+/// under the lock cannot deadlock. Lock order: `link_->mu`, then the control
+/// plane's lock (`NextForStream`), which never calls a wake while held.
+template <typename Message>
+class PlanStreamReactor final : public grpc::ServerWriteReactor<Message>,
+                                public PlanPump {
  public:
-  /// `fanout` null: wakes pump on the waking thread.
+  /// `fanout` null: wakes pump on the waking thread. A `refusal` other than
+  /// OK ends the call with it and opens nothing.
   PlanStreamReactor(ControlPlane* control_plane,
                     const std::shared_ptr<StreamFanOut>& fanout,
-                    const v1::StreamPlansRequest& request)
+                    std::vector<v1::StreamPlansRequest> requests,
+                    const absl::Status& refusal)
       : control_plane_(control_plane),
         link_(std::make_shared<StreamLink>(
             fanout != nullptr ? fanout->PickShard() : -1)) {
     {
       absl::MutexLock lock(&link_->mu);
       link_->reactor = this;
+      if (!refusal.ok()) {
+        FinishLocked(ToGrpcStatus(refusal));
+        return;
+      }
     }
     // Not under link_->mu: OpenStream may wake the rank's older stream. A
-    // wake of this stream before the id is known finds it not open yet and
-    // does nothing; the pump below catches up. With a fan-out pool the wake
-    // (on the planner thread, mostly) only queues the link and a pool thread
-    // calls `Wake`; without one it pumps right there.
+    // wake of this stream before the ids are known finds it not open yet
+    // and does nothing; the pump below catches up. With a fan-out pool the
+    // wake (on the planner thread, mostly) only queues the link and a pool
+    // thread pumps; without one it pumps right there.
     std::function<void()> wake;
     if (fanout != nullptr) {
       wake = [fanout, link = link_] { fanout->Enqueue(link); };
     } else {
-      wake = [link = link_] { Wake(*link); };
+      wake = [link = link_] { WakeLink(*link); };
     }
-    absl::StatusOr<int64_t> id =
-        control_plane_->OpenStream(request.rank(), request.session_id(),
-                                   request.from_step(), std::move(wake));
+    std::vector<absl::StatusOr<int64_t>> ids;
+    for (const v1::StreamPlansRequest& request : requests) {
+      ids.push_back(control_plane_->OpenStream(
+          request.rank(), request.session_id(), request.from_step(), wake));
+    }
     absl::MutexLock lock(&link_->mu);
-    if (!id.ok()) {
-      FinishLocked(ToGrpcStatus(id.status()));
-      return;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      subs_.push_back(Subscription{std::move(requests[i])});
+      if (ids[i].ok()) {
+        subs_[i].stream_id = *ids[i];
+      } else {
+        EndLocked(i, ids[i].status());
+      }
     }
-    stream_id_ = *id;
+    opened_ = true;
     PumpLocked();
   }
 
@@ -166,7 +239,7 @@ class PlanStreamReactor final
     write_in_flight_ = false;
     if (finish_status_.has_value()) {
       // Finish was wanted while the write was in flight.
-      Finish(*finish_status_);
+      this->Finish(*finish_status_);
       return;
     }
     if (!ok) {
@@ -174,6 +247,8 @@ class PlanStreamReactor final
           absl::CancelledError("the plan stream broke (client gone)")));
       return;
     }
+    current_.reset();
+    ClearBatchLocked();
     PumpLocked();
   }
 
@@ -184,44 +259,96 @@ class PlanStreamReactor final
   }
 
   void OnDone() override {
-    int64_t stream_id = 0;
+    std::vector<int64_t> open;
     {
       absl::MutexLock lock(&link_->mu);
       link_->reactor = nullptr;  // From here on wakes do nothing.
-      stream_id = stream_id_;
+      ClearBatchLocked();
+      for (const Subscription& sub : subs_) {
+        if (sub.stream_id != 0) open.push_back(sub.stream_id);
+      }
     }
-    if (stream_id != 0) control_plane_->CloseStream(stream_id);
+    for (int64_t id : open) control_plane_->CloseStream(id);
     delete this;
   }
 
-  /// Pumps the stream behind `link`, if it is not done. Any thread.
-  static void Wake(StreamLink& link) {
-    absl::MutexLock lock(&link.mu);
-    PlanStreamReactor* reactor = link.reactor;
-    if (reactor == nullptr) return;
-    reactor->link_->mu.AssertHeld();  // link is reactor->link_
-    reactor->PumpLocked();
+  /// Starts the next write, or finishes once every subscription ended,
+  /// unless a write is in flight. Under `link_->mu`.
+  void PumpLocked() override {
+    link_->mu.AssertHeld();
+    if (!opened_ || write_in_flight_ || finish_status_.has_value()) return;
+    if (CollectLocked()) {
+      write_in_flight_ = true;
+      this->StartWrite(OutgoingLocked());
+      return;
+    }
+    if (ended_ == subs_.size()) FinishLocked(ToGrpcStatus(end_status_));
   }
 
  private:
-  /// Starts the next write, or finishes, unless a write is in flight.
-  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
-    if (stream_id_ == 0 || write_in_flight_ || finish_status_.has_value()) {
-      return;
+  static constexpr bool kNode = std::is_same_v<Message, v1::NodePlanUpdate>;
+
+  /// Gathers what to write next; false when there is nothing.
+  bool CollectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
+    for (size_t i = 0; i < subs_.size(); ++i) {
+      // One message per write for a single rank; all there is for a node.
+      while (!subs_[i].ended && (kNode || current_ == nullptr)) {
+        StreamNext next = control_plane_->NextForStream(subs_[i].stream_id);
+        if (next.kind == StreamNext::Kind::kWait) break;
+        if (next.kind == StreamNext::Kind::kEnd) {
+          EndLocked(i, next.end_status);
+          break;
+        }
+        if constexpr (kNode) {
+          // Borrowed, not copied (a step's view is most of what a step
+          // costs to copy and free): the part points at the control plane's
+          // message, kept alive in `borrowed_` and handed back before the
+          // batch is cleared. Writing only reads it, as a single-rank
+          // stream's write of the same shared message does.
+          v1::RankPlanUpdate* part = batch_.add_updates();
+          part->set_rank(subs_[i].request.rank());
+          part->unsafe_arena_set_allocated_update(
+              const_cast<v1::PlanUpdate*>(next.update.get()));
+          borrowed_.push_back(std::move(next.update));
+        } else {
+          // Shared, not copied; it must live until OnWriteDone.
+          current_ = std::move(next.update);
+        }
+      }
     }
-    StreamNext next = control_plane_->NextForStream(stream_id_);
-    switch (next.kind) {
-      case StreamNext::Kind::kWait:
-        return;
-      case StreamNext::Kind::kSend:
-        // The message must live until OnWriteDone; only one is in flight.
-        current_ = std::move(next.update);
-        write_in_flight_ = true;
-        StartWrite(current_.get());
-        return;
-      case StreamNext::Kind::kEnd:
-        FinishLocked(ToGrpcStatus(next.end_status));
-        return;
+    return current_ != nullptr || batch_.updates_size() > 0;
+  }
+
+  /// Empties the batch, handing the borrowed messages back first.
+  void ClearBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
+    for (v1::RankPlanUpdate& part : *batch_.mutable_updates()) {
+      if (part.has_update()) part.unsafe_arena_release_update();
+    }
+    batch_.Clear();
+    borrowed_.clear();
+  }
+
+  const Message* OutgoingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
+    if constexpr (kNode) {
+      return &batch_;
+    } else {
+      return current_.get();
+    }
+  }
+
+  /// Subscription `i` is over with `status`: a node stream tells its rank
+  /// so in the next write; the call ends once every one is over, with the
+  /// first status that is not OK.
+  void EndLocked(size_t i, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
+    subs_[i].ended = true;
+    ++ended_;
+    if (end_status_.ok()) end_status_ = status;
+    if constexpr (kNode) {
+      v1::RankPlanUpdate* part = batch_.add_updates();
+      part->set_rank(subs_[i].request.rank());
+      part->mutable_end()->set_code(static_cast<int32_t>(status.code()));
+      part->mutable_end()->set_message(std::string(status.message()));
     }
   }
 
@@ -230,35 +357,84 @@ class PlanStreamReactor final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
     if (finish_status_.has_value()) return;
     finish_status_ = std::move(status);
-    if (!write_in_flight_) Finish(*finish_status_);
+    if (!write_in_flight_) this->Finish(*finish_status_);
   }
 
   ControlPlane* const control_plane_;
   const std::shared_ptr<StreamLink> link_;
-  /// 0 until the control plane opened the stream.
-  int64_t stream_id_ ABSL_GUARDED_BY(link_->mu) = 0;
+  /// In request order; filled (and `opened_` set) once every open returned.
+  std::vector<Subscription> subs_ ABSL_GUARDED_BY(link_->mu);
+  bool opened_ ABSL_GUARDED_BY(link_->mu) = false;
+  size_t ended_ ABSL_GUARDED_BY(link_->mu) = 0;
+  absl::Status end_status_ ABSL_GUARDED_BY(link_->mu);
   bool write_in_flight_ ABSL_GUARDED_BY(link_->mu) = false;
   /// Set once Finish is wanted; Finish runs when no write is in flight.
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(link_->mu);
+  /// The message being written (single rank) or gathered and written
+  /// (node), until OnWriteDone.
   std::shared_ptr<const v1::PlanUpdate> current_ ABSL_GUARDED_BY(link_->mu);
+  v1::NodePlanUpdate batch_ ABSL_GUARDED_BY(link_->mu);
+  /// The control plane's messages `batch_` points at.
+  std::vector<std::shared_ptr<const v1::PlanUpdate>> borrowed_
+      ABSL_GUARDED_BY(link_->mu);
 };
 
-/// One StreamReports call: reads reports one at a time, hands each to the
-/// control plane on the reading thread (as the unary handler would; it only
-/// validates and records, refits run on the control plane's planner) and
-/// queues its result; writes results one at a time, in order. Reading pauses
-/// while `kMaxQueuedResults` results wait, so an agent that stops reading
-/// cannot make the scheduler buffer without bound. All state is under `mu_`:
-/// read and write reactions may run at once on different threads.
+using OnStreamReport = std::function<void(absl::StatusCode)>;
+
+/// Answers one report of a stream as ReportTimings would.
+void Answer(ControlPlane& control_plane, const OnStreamReport& on_report,
+            const v1::TimingReport& report, v1::ReportResult& result) {
+  const absl::StatusOr<v1::ReportAck> ack = control_plane.ReportTimings(report);
+  if (on_report) on_report(ack.status().code());
+  result.set_step(report.step());
+  result.set_rank(report.rank());
+  result.set_code(static_cast<int32_t>(ack.status().code()));
+  if (ack.ok()) {
+    *result.mutable_ack() = *ack;
+  } else {
+    result.set_message(std::string(ack.status().message()));
+  }
+}
+
+/// Answers every report of a batch, in order; a malformed batch with one
+/// INVALID_ARGUMENT result.
+void Answer(ControlPlane& control_plane, const OnStreamReport& on_report,
+            const v1::TimingReportBatch& batch, v1::ReportResultBatch& out) {
+  if (batch.reports().empty() || batch.reports_size() > kMaxRanksPerCall) {
+    v1::ReportResult& result = *out.add_results();
+    result.set_rank(-1);
+    result.set_code(static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    result.set_message(absl::StrCat("a TimingReportBatch carries ",
+                                    batch.reports_size(),
+                                    " reports; it needs 1 to ",
+                                    kMaxRanksPerCall));
+    if (on_report) on_report(absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  for (const v1::TimingReport& report : batch.reports()) {
+    Answer(control_plane, on_report, report, *out.add_results());
+  }
+}
+
+/// One StreamReports call (TimingReport in, ReportResult out) or
+/// StreamNodeReports call (a batch in, a batch of results out): reads one
+/// message at a time, answers it on the reading thread (`Answer`: as the
+/// unary handler would; the control plane only validates and records,
+/// refits run on its planner) and queues the answer; writes answers one at
+/// a time, in order. Reading pauses while `kMaxQueuedResults` answers wait,
+/// so an agent that stops reading cannot make the scheduler buffer without
+/// bound. All state is under `mu_`: read and write reactions may run at once
+/// on different threads.
+template <typename Request, typename Response>
 class ReportStreamReactor final
-    : public grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult> {
+    : public grpc::ServerBidiReactor<Request, Response>,
+      public EndableStream {
  public:
   static constexpr size_t kMaxQueuedResults = 64;
 
   /// Registers with `open` (the service's set), which `OnDone` leaves.
   ReportStreamReactor(ControlPlane* control_plane,
-                      const std::function<void(absl::StatusCode)>* on_report,
-                      ReportStreams* open)
+                      const OnStreamReport* on_report, ReportStreams* open)
       : control_plane_(control_plane), on_report_(on_report), open_(open) {
     // Lock order: the set's lock, then a reactor's (`End`); never both here.
     bool refused = false;
@@ -272,12 +448,10 @@ class ReportStreamReactor final
     // Ended meanwhile by `End` (a shutdown), or refused: no reading.
     if (finish_status_.has_value()) return;
     read_in_flight_ = true;
-    StartRead(&report_);
+    this->StartRead(&request_);
   }
 
-  /// Ends the call with UNAVAILABLE once the write in flight, if any, is
-  /// done (the scheduler is shutting down). Any thread.
-  void End() {
+  void End() override {
     absl::MutexLock lock(&mu_);
     FinishLocked(ShuttingDown());
   }
@@ -293,17 +467,7 @@ class ReportStreamReactor final
       PumpLocked();
       return;
     }
-    const absl::StatusOr<v1::ReportAck> ack =
-        control_plane_->ReportTimings(report_);
-    if (*on_report_) (*on_report_)(ack.status().code());
-    v1::ReportResult& result = results_.emplace_back();
-    result.set_step(report_.step());
-    result.set_code(static_cast<int32_t>(ack.status().code()));
-    if (ack.ok()) {
-      *result.mutable_ack() = *ack;
-    } else {
-      result.set_message(std::string(ack.status().message()));
-    }
+    Answer(*control_plane_, *on_report_, request_, results_.emplace_back());
     PumpLocked();
   }
 
@@ -351,12 +515,12 @@ class ReportStreamReactor final
     if (finish_status_.has_value()) return;
     if (!write_in_flight_ && !results_.empty()) {
       write_in_flight_ = true;
-      StartWrite(&results_.front());
+      this->StartWrite(&results_.front());
     }
     if (!reads_done_ && !read_in_flight_ &&
         results_.size() < kMaxQueuedResults) {
       read_in_flight_ = true;
-      StartRead(&report_);
+      this->StartRead(&request_);
     }
     if (reads_done_ && !write_in_flight_ && results_.empty()) {
       FinishLocked(grpc::Status::OK);
@@ -373,21 +537,21 @@ class ReportStreamReactor final
   void FinishNowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
-    Finish(*finish_status_);
+    this->Finish(*finish_status_);
   }
 
   ControlPlane* const control_plane_;
   /// The service's `on_stream_report` and set of open streams (they
   /// outlive every call).
-  const std::function<void(absl::StatusCode)>* const on_report_;
+  const OnStreamReport* const on_report_;
   ReportStreams* const open_;
   absl::Mutex mu_;
-  /// The report being read; the control plane is done with it before the
+  /// The message being read; the control plane is done with it before the
   /// next read starts.
-  v1::TimingReport report_ ABSL_GUARDED_BY(mu_);
-  /// Results not yet written; the front one is in flight when
+  Request request_ ABSL_GUARDED_BY(mu_);
+  /// Answers not yet written; the front one is in flight when
   /// `write_in_flight_` (a deque: the message must not move while written).
-  std::deque<v1::ReportResult> results_ ABSL_GUARDED_BY(mu_);
+  std::deque<Response> results_ ABSL_GUARDED_BY(mu_);
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
@@ -443,7 +607,7 @@ void StreamFanOut::Run(Shard& shard) {
       // Cleared before the pump: a wake from here on queues the link again,
       // and one before is covered by this pump.
       link->queued.exchange(false, std::memory_order_acq_rel);
-      PlanStreamReactor::Wake(*link);
+      WakeLink(*link);
     }
     batch.clear();
   }
@@ -474,7 +638,7 @@ void SchedulerService::Shutdown() {
   absl::MutexLock lock(&report_streams_->mu);
   report_streams_->shut_down = true;
   // Under the set's lock: a reactor leaves it (OnDone) only after this.
-  for (ReportStreamReactor* reactor : report_streams_->reactors) {
+  for (EndableStream* reactor : report_streams_->reactors) {
     reactor->End();
   }
 }
@@ -492,7 +656,18 @@ grpc::ServerUnaryReactor* SchedulerService::Register(
 grpc::ServerWriteReactor<v1::PlanUpdate>* SchedulerService::StreamPlans(
     grpc::CallbackServerContext* /*context*/,
     const v1::StreamPlansRequest* request) {
-  return new PlanStreamReactor(control_plane_, fanout_, *request);
+  return new PlanStreamReactor<v1::PlanUpdate>(control_plane_, fanout_,
+                                               {*request}, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<v1::NodePlanUpdate>* SchedulerService::StreamNodePlans(
+    grpc::CallbackServerContext* /*context*/,
+    const v1::NodePlansRequest* request) {
+  return new PlanStreamReactor<v1::NodePlanUpdate>(
+      control_plane_, fanout_,
+      std::vector<v1::StreamPlansRequest>(request->ranks().begin(),
+                                          request->ranks().end()),
+      CheckNodePlansRequest(*request));
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReportTimings(
@@ -503,8 +678,14 @@ grpc::ServerUnaryReactor* SchedulerService::ReportTimings(
 
 grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>*
 SchedulerService::StreamReports(grpc::CallbackServerContext* /*context*/) {
-  return new ReportStreamReactor(control_plane_, &on_stream_report_,
-                                 report_streams_.get());
+  return new ReportStreamReactor<v1::TimingReport, v1::ReportResult>(
+      control_plane_, &on_stream_report_, report_streams_.get());
+}
+
+grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
+SchedulerService::StreamNodeReports(grpc::CallbackServerContext* /*context*/) {
+  return new ReportStreamReactor<v1::TimingReportBatch, v1::ReportResultBatch>(
+      control_plane_, &on_stream_report_, report_streams_.get());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReportProfile(

@@ -72,11 +72,16 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerWriteReactor<v1::PlanUpdate>* StreamPlans(
       grpc::CallbackServerContext* context,
       const v1::StreamPlansRequest* request) override;
+  grpc::ServerWriteReactor<v1::NodePlanUpdate>* StreamNodePlans(
+      grpc::CallbackServerContext* context,
+      const v1::NodePlansRequest* request) override;
   grpc::ServerUnaryReactor* ReportTimings(grpc::CallbackServerContext* context,
                                           const v1::TimingReport* request,
                                           v1::ReportAck* response) override;
   grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>* StreamReports(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
+  StreamNodeReports(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ReportProfile(grpc::CallbackServerContext* context,
                                           const v1::ProfileReport* request,
                                           v1::ReportAck* response) override;

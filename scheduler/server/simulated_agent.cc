@@ -6,13 +6,17 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
@@ -68,78 +72,266 @@ class Handler {
   virtual void Proceed(bool ok) = 0;
 };
 
-/// One simulated agent: a plan stream and its timing reports, all on one
-/// completion queue, so only that queue's thread touches it once started.
-class Agent {
+/// The report a worker agent would send for `step` of `rank`: every task
+/// timed as the run's cost model predicts it. Counts it as sent and moves
+/// the step's last-report time.
+void FillReport(AgentRun& run, int rank, const v1::RankStep& step,
+                v1::TimingReport& report) {
+  report.set_epoch(step.epoch());
+  report.set_step(step.step());
+  report.set_rank(rank);
+  report.set_sync_seconds(run.model.SyncSeconds());
+  for (int i = 0; i < step.tasks_size(); ++i) {
+    const v1::Task& task = step.tasks(i);
+    const int p = task.ranks_size();
+    const bool intra = p == 0 || task.ranks(0) / run.gpus_per_node ==
+                                     task.ranks(p - 1) / run.gpus_per_node;
+    v1::TaskTiming* timing = report.add_tasks();
+    timing->set_task_index(task.task_index());
+    timing->set_micro_step(i);
+    timing->set_group_size(p);
+    timing->set_seconds(std::max(
+        1e-6, run.model.TaskSeconds(std::max(p, 1), intra,
+                                    absl::MakeConstSpan(task.lengths().data(),
+                                                        task.lengths_size()),
+                                    task.recompute())));
+  }
+  run.reports_sent.fetch_add(1, std::memory_order_relaxed);
+  if (step.step() >= 0 && step.step() < run.max_steps) {
+    const int64_t now = absl::ToUnixNanos(absl::Now());
+    std::atomic<int64_t>& last = run.last_report_ns[step.step()];
+    int64_t seen = last.load(std::memory_order_relaxed);
+    while (seen < now && !last.compare_exchange_weak(seen, now)) {
+    }
+  }
+}
+
+/// Counts one plan message of `bytes` bytes.
+void CountMessage(AgentRun& run, size_t bytes) {
+  run.messages.fetch_add(1, std::memory_order_relaxed);
+  run.bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+}
+
+/// Records when `step` arrived in `received` (steps past it are not kept).
+void MarkReceived(AgentRun& run, int64_t step, absl::Time now,
+                  std::vector<absl::Time>& received) {
+  run.steps_received.fetch_add(1, std::memory_order_relaxed);
+  if (step >= 0 && step < static_cast<int64_t>(received.size())) {
+    received[step] = now;
+  }
+}
+
+/// A tag that runs a member function of `T` on the queue's thread.
+template <typename T>
+struct MemberTag final : Handler {
+  MemberTag(T* self, void (T::*fn)(bool)) : self(self), fn(fn) {}
+  void Proceed(bool ok) override { (self->*fn)(ok); }
+  T* self;
+  void (T::*fn)(bool);
+};
+
+/// The client end of a report stream (StreamReports or StreamNodeReports):
+/// one write in flight (the front of the queue), one read of results always
+/// posted, and a half-close once asked for and everything queued is
+/// written. `on_result` gets each result and `on_end` the call's status,
+/// on the queue's thread, the only one that touches it once started.
+template <typename Report, typename Result>
+class ReportChannel {
  public:
-  Agent(int rank, v1::Scheduler::Stub* stub, grpc::CompletionQueue* cq,
-        AgentRun* run)
-      : rank_(rank),
-        stub_(stub),
+  using Stream = grpc::ClientAsyncReaderWriter<Report, Result>;
+
+  ReportChannel(std::function<void(const Result&)> on_result,
+                std::function<void(const grpc::Status&)> on_end)
+      : on_result_(std::move(on_result)),
+        on_end_(std::move(on_end)),
+        started_tag_(this, &ReportChannel::OnStarted),
+        written_tag_(this, &ReportChannel::OnWritten),
+        read_tag_(this, &ReportChannel::OnRead),
+        writes_done_tag_(this, &ReportChannel::OnWritesDone),
+        finished_tag_(this, &ReportChannel::OnFinished) {}
+
+  grpc::ClientContext* context() { return &context_; }
+
+  /// Starts `stream`, prepared on `context()`.
+  void Start(std::unique_ptr<Stream> stream) {
+    stream_ = std::move(stream);
+    stream_->StartCall(&started_tag_);
+  }
+
+  void Send(Report report) {
+    to_write_.push_back(std::move(report));
+    WriteNext();
+  }
+
+  /// Half-closes once everything queued is written (the server then ends
+  /// the call after its last result).
+  void Close() {
+    close_wanted_ = true;
+    MaybeClose();
+  }
+
+  /// The call is over (`on_end` ran).
+  bool done() const { return done_; }
+
+ private:
+  void OnStarted(bool ok) {
+    if (!ok) {
+      stream_->Finish(&status_, &finished_tag_);
+      return;
+    }
+    started_ = true;
+    stream_->Read(&result_, &read_tag_);
+    WriteNext();
+  }
+
+  void WriteNext() {
+    if (!started_ || writing_ || to_write_.empty()) return;
+    writing_ = true;
+    stream_->Write(to_write_.front(), &written_tag_);
+  }
+
+  void OnWritten(bool ok) {
+    writing_ = false;
+    if (!ok) return;  // The read fails too and finishes the call.
+    to_write_.pop_front();
+    WriteNext();
+    MaybeClose();
+  }
+
+  void MaybeClose() {
+    if (!close_wanted_ || closed_ || !started_ || writing_ ||
+        !to_write_.empty()) {
+      return;
+    }
+    closed_ = true;
+    stream_->WritesDone(&writes_done_tag_);
+  }
+
+  void OnRead(bool ok) {
+    if (!ok) {
+      stream_->Finish(&status_, &finished_tag_);
+      return;
+    }
+    on_result_(result_);
+    stream_->Read(&result_, &read_tag_);
+  }
+
+  void OnWritesDone(bool /*ok*/) {}
+
+  void OnFinished(bool /*ok*/) {
+    done_ = true;
+    to_write_.clear();
+    on_end_(status_);
+  }
+
+  const std::function<void(const Result&)> on_result_;
+  const std::function<void(const grpc::Status&)> on_end_;
+  grpc::ClientContext context_;
+  std::unique_ptr<Stream> stream_;
+  std::deque<Report> to_write_;
+  Result result_;
+  grpc::Status status_;
+  MemberTag<ReportChannel> started_tag_, written_tag_, read_tag_,
+      writes_done_tag_, finished_tag_;
+  bool started_ = false;
+  bool writing_ = false;
+  bool close_wanted_ = false;
+  bool closed_ = false;
+  bool done_ = false;
+};
+
+/// What every simulated agent does with its plan stream of `Plan`
+/// messages: records when each step arrived, reports each step (on receipt,
+/// or after `AgentRun::step_time` of computing it, the steps of one number
+/// together), and says it is done once its plan stream ended and every
+/// report has its answer. A subclass opens the calls and turns messages
+/// into steps and steps into reports. All on one completion queue, so only
+/// that queue's thread touches it once started.
+template <typename Plan>
+class StreamAgent : public SimulatedAgent {
+ public:
+  StreamAgent(std::vector<int> ranks, v1::Scheduler::Stub* stub,
+              grpc::CompletionQueue* cq, AgentRun* run)
+      : stub_(stub),
         cq_(cq),
         run_(run),
-        received_(run->max_steps, absl::InfinitePast()),
-        started_tag_(this, &Agent::OnStarted),
-        read_tag_(this, &Agent::OnRead),
-        finished_tag_(this, &Agent::OnFinished),
-        alarm_tag_(this, &Agent::OnAlarm),
-        reports_started_tag_(this, &Agent::OnReportsStarted),
-        report_written_tag_(this, &Agent::OnReportWritten),
-        result_read_tag_(this, &Agent::OnResultRead),
-        writes_done_tag_(this, &Agent::OnWritesDone),
-        reports_finished_tag_(this, &Agent::OnReportsFinished) {}
-
-  /// Opens the plan stream; after this only the queue's thread touches the
-  /// agent (until `AgentRun::all_done`).
-  void Start(const std::string& session_id) {
-    v1::StreamPlansRequest request;
-    request.set_rank(rank_);
-    request.set_session_id(session_id);
-    request.set_from_step(0);
-    reader_ = stub_->PrepareAsyncStreamPlans(&stream_context_, request, cq_);
-    reader_->StartCall(&started_tag_);
-    if (run_->report_stream) {
-      reports_ = stub_->PrepareAsyncStreamReports(&reports_context_, cq_);
-      reports_->StartCall(&reports_started_tag_);
-    } else {
-      reports_done_ = true;
+        ranks_(std::move(ranks)),
+        started_tag_(this, &StreamAgent::OnStarted),
+        read_tag_(this, &StreamAgent::OnRead),
+        finished_tag_(this, &StreamAgent::OnFinished),
+        alarm_tag_(this, &StreamAgent::OnAlarm) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      index_of_[ranks_[i]] = i;
+      received_.emplace_back(run->max_steps, absl::InfinitePast());
     }
   }
 
-  /// Thread-safe.
-  void Cancel() {
-    stream_context_.TryCancel();
-    if (run_->report_stream) reports_context_.TryCancel();
+  void Cancel() override {
+    plan_context_.TryCancel();
+    CancelReports();
   }
 
-  /// When each step arrived (InfinitePast: never). Read after all_done.
-  const std::vector<absl::Time>& received() const { return received_; }
+  const std::vector<absl::Time>& received(int rank) const override {
+    return received_[index_of_.at(rank)];
+  }
 
-  void OnReportDone(const grpc::Status& status, int64_t step) {
+ protected:
+  /// Starts the plan stream `reader`, prepared on `plan_context()`.
+  void StartPlans(std::unique_ptr<grpc::ClientAsyncReader<Plan>> reader) {
+    reader_ = std::move(reader);
+    reader_->StartCall(&started_tag_);
+  }
+  grpc::ClientContext* plan_context() { return &plan_context_; }
+
+  /// The steps in `plan` (moved out), after noting what else it says.
+  virtual std::vector<v1::RankStep> TakeSteps(Plan& plan) = 0;
+  /// Sends the reports of `steps` (each a step of one of the ranks).
+  virtual void Report(const std::vector<v1::RankStep>& steps) = 0;
+  virtual void CancelReports() = 0;
+  /// Whether the report calls are over; if not, asks them to end once
+  /// every report is written.
+  virtual bool ReportsDone() = 0;
+
+  /// Called per answered report.
+  void Answered(int rank, int64_t step, int code, absl::string_view what,
+                absl::string_view message) {
     --reports_in_flight_;
-    if (!status.ok()) {
-      run_->Error(absl::StrCat("rank ", rank_, " step ", step,
-                               " ReportTimings: ", status.error_message()));
+    if (code != 0) {
+      run_->Error(absl::StrCat("rank ", rank, " step ", step, " ", what, ": ",
+                               message));
     } else {
       run_->reports_ok.fetch_add(1, std::memory_order_relaxed);
     }
     MaybeDone();
   }
 
- private:
-  struct Tag final : Handler {
-    Tag(Agent* agent, void (Agent::*fn)(bool)) : agent(agent), fn(fn) {}
-    void Proceed(bool ok) override { (agent->*fn)(ok); }
-    Agent* agent;
-    void (Agent::*fn)(bool);
-  };
+  /// Called when the report calls ended with `status`: reports without an
+  /// answer are lost with them.
+  void ReportsEnded(const grpc::Status& status) {
+    reports_in_flight_ = 0;
+    if (!status.ok()) {
+      run_->Error(absl::StrCat("rank ", ranks_.front(),
+                               " report stream ended with ",
+                               status.error_code(), ": ",
+                               status.error_message()));
+    }
+    MaybeDone();
+  }
 
+  void AddInFlight(int n) { reports_in_flight_ += n; }
+
+  v1::Scheduler::Stub* const stub_;
+  grpc::CompletionQueue* const cq_;
+  AgentRun* const run_;
+  const std::vector<int> ranks_;
+
+ private:
   void OnStarted(bool ok) {
     if (!ok) {
       reader_->Finish(&finish_status_, &finished_tag_);
       return;
     }
-    reader_->Read(&update_, &read_tag_);
+    reader_->Read(&plan_, &read_tag_);
   }
 
   void OnRead(bool ok) {
@@ -148,37 +340,43 @@ class Agent {
       reader_->Finish(&finish_status_, &finished_tag_);
       return;
     }
-    run_->messages.fetch_add(1, std::memory_order_relaxed);
-    run_->bytes.fetch_add(static_cast<int64_t>(update_.ByteSizeLong()),
-                          std::memory_order_relaxed);
-    if (update_.has_step()) {
-      run_->steps_received.fetch_add(1, std::memory_order_relaxed);
-      const int64_t step = update_.step().step();
-      if (step >= 0 && step < static_cast<int64_t>(received_.size())) {
-        received_[step] = now;
+    CountMessage(*run_, plan_.ByteSizeLong());
+    std::vector<v1::RankStep> steps = TakeSteps(plan_);
+    std::vector<v1::RankStep> now_due;
+    for (v1::RankStep& step : steps) {
+      const auto it = index_of_.find(step.rank());
+      if (it == index_of_.end()) {
+        run_->Error(absl::StrCat("a plan for rank ", step.rank(),
+                                 " on a stream that did not ask for it"));
+        continue;
       }
+      MarkReceived(*run_, step.step(), now, received_[it->second]);
       if (run_->step_time <= absl::ZeroDuration()) {
-        Report(update_.step());
+        now_due.push_back(std::move(step));
       } else {
-        pending_.push_back(std::move(*update_.mutable_step()));
-        if (!computing_) StartComputing(std::max(now, step_end_));
+        pending_[step.step()].push_back(std::move(step));
       }
     }
-    reader_->Read(&update_, &read_tag_);
+    if (!now_due.empty()) Report(now_due);
+    if (!computing_ && !pending_.empty()) {
+      StartComputing(std::max(now, step_end_));
+    }
+    reader_->Read(&plan_, &read_tag_);
   }
 
   void OnFinished(bool /*ok*/) {
     stream_done_ = true;
     // OK after the drain marker; anything else is worth a line.
     if (!finish_status_.ok()) {
-      run_->Error(absl::StrCat("rank ", rank_, " plan stream ended with ",
+      run_->Error(absl::StrCat("rank ", ranks_.front(),
+                               " plan stream ended with ",
                                finish_status_.error_code(), ": ",
                                finish_status_.error_message()));
     }
     MaybeDone();
   }
 
-  /// Runs the front pending step for `step_time` from `start`: the
+  /// Runs the earliest pending step for `step_time` from `start`: the
   /// previous step's scheduled end when the step was already there (a fixed
   /// cadence, so timer slack does not slow the simulated job down), or its
   /// arrival when the agent was idle waiting for it.
@@ -190,130 +388,97 @@ class Agent {
 
   void OnAlarm(bool /*ok*/) {
     computing_ = false;
-    Report(pending_.front());
-    pending_.pop_front();
+    const std::vector<v1::RankStep> steps = std::move(pending_.begin()->second);
+    pending_.erase(pending_.begin());
+    Report(steps);
     if (!pending_.empty()) StartComputing(step_end_);
-    MaybeDone();
-  }
-
-  void Report(const v1::RankStep& step);
-
-  // The report stream: one write in flight (the front of `to_write_`), one
-  // read of results always posted; half-closed once the plan stream ended
-  // and every result is in.
-  void OnReportsStarted(bool ok) {
-    if (!ok) {
-      reports_->Finish(&reports_status_, &reports_finished_tag_);
-      return;
-    }
-    reports_started_ = true;
-    reports_->Read(&result_, &result_read_tag_);
-    WriteNextReport();
-  }
-
-  void WriteNextReport() {
-    if (!reports_started_ || writing_ || to_write_.empty()) return;
-    writing_ = true;
-    reports_->Write(to_write_.front(), &report_written_tag_);
-  }
-
-  void OnReportWritten(bool ok) {
-    writing_ = false;
-    if (!ok) return;  // The read fails too and finishes the call.
-    to_write_.pop_front();
-    WriteNextReport();
-    MaybeDone();
-  }
-
-  void OnResultRead(bool ok) {
-    if (!ok) {
-      reports_->Finish(&reports_status_, &reports_finished_tag_);
-      return;
-    }
-    --reports_in_flight_;
-    if (result_.code() != 0) {
-      run_->Error(absl::StrCat("rank ", rank_, " step ", result_.step(),
-                               " StreamReports: ", result_.message()));
-    } else {
-      run_->reports_ok.fetch_add(1, std::memory_order_relaxed);
-    }
-    reports_->Read(&result_, &result_read_tag_);
-    MaybeDone();
-  }
-
-  void OnWritesDone(bool /*ok*/) {}
-
-  void OnReportsFinished(bool /*ok*/) {
-    reports_done_ = true;
-    // Reports without a result are lost with the call (an error below, or
-    // an OK end the server only gives after every result).
-    reports_in_flight_ = 0;
-    to_write_.clear();
-    if (!reports_status_.ok()) {
-      run_->Error(absl::StrCat("rank ", rank_, " report stream ended with ",
-                               reports_status_.error_code(), ": ",
-                               reports_status_.error_message()));
-    }
     MaybeDone();
   }
 
   void MaybeDone() {
     if (done_ || !stream_done_ || reports_in_flight_ > 0 || computing_ ||
-        !pending_.empty()) {
-      return;
-    }
-    if (!reports_done_) {
-      // Every result is in: half-close; the server then ends the call.
-      if (reports_started_ && !writing_ && to_write_.empty() && !writes_done_) {
-        writes_done_ = true;
-        reports_->WritesDone(&writes_done_tag_);
-      }
+        !pending_.empty() || !ReportsDone()) {
       return;
     }
     done_ = true;
-    run_->AgentDone();
+    // The run counts agents, one per rank.
+    for (size_t i = 0; i < ranks_.size(); ++i) run_->AgentDone();
   }
 
-  const int rank_;
-  v1::Scheduler::Stub* const stub_;
-  grpc::CompletionQueue* const cq_;
-  AgentRun* const run_;
-  std::vector<absl::Time> received_;
+  absl::flat_hash_map<int, size_t> index_of_;
+  std::vector<std::vector<absl::Time>> received_;
 
-  grpc::ClientContext stream_context_;
-  std::unique_ptr<grpc::ClientAsyncReader<v1::PlanUpdate>> reader_;
-  v1::PlanUpdate update_;
+  grpc::ClientContext plan_context_;
+  std::unique_ptr<grpc::ClientAsyncReader<Plan>> reader_;
+  Plan plan_;
   grpc::Status finish_status_;
-  Tag started_tag_;
-  Tag read_tag_;
-  Tag finished_tag_;
+  MemberTag<StreamAgent> started_tag_, read_tag_, finished_tag_, alarm_tag_;
 
   grpc::Alarm alarm_;
-  Tag alarm_tag_;
   bool computing_ = false;
   absl::Time step_end_ = absl::InfinitePast();
-  std::deque<v1::RankStep> pending_;
-
-  grpc::ClientContext reports_context_;
-  std::unique_ptr<
-      grpc::ClientAsyncReaderWriter<v1::TimingReport, v1::ReportResult>>
-      reports_;
-  std::deque<v1::TimingReport> to_write_;
-  v1::ReportResult result_;
-  grpc::Status reports_status_;
-  Tag reports_started_tag_;
-  Tag report_written_tag_;
-  Tag result_read_tag_;
-  Tag writes_done_tag_;
-  Tag reports_finished_tag_;
-  bool reports_started_ = false;
-  bool writing_ = false;
-  bool writes_done_ = false;
-  bool reports_done_ = false;
+  /// Steps received and not yet computed, by step number.
+  std::map<int64_t, std::vector<v1::RankStep>> pending_;
 
   int reports_in_flight_ = 0;
   bool stream_done_ = false;
   bool done_ = false;
+};
+
+class ReportCall;
+
+/// One simulated dcp-agent: a rank's StreamPlans stream, and its reports on
+/// a StreamReports stream or (without `AgentRun::report_stream`) a
+/// ReportTimings call each.
+class Agent final : public StreamAgent<v1::PlanUpdate> {
+ public:
+  Agent(int rank, v1::Scheduler::Stub* stub, grpc::CompletionQueue* cq,
+        AgentRun* run)
+      : StreamAgent({rank}, stub, cq, run),
+        reports_(
+            [this](const v1::ReportResult& r) {
+              Answered(ranks_.front(), r.step(), r.code(), "StreamReports",
+                       r.message());
+            },
+            [this](const grpc::Status& s) { ReportsEnded(s); }) {}
+
+  void Start(const std::string& session_id) override {
+    v1::StreamPlansRequest request;
+    request.set_rank(ranks_.front());
+    request.set_session_id(session_id);
+    request.set_from_step(0);
+    StartPlans(stub_->PrepareAsyncStreamPlans(plan_context(), request, cq_));
+    if (run_->report_stream) {
+      reports_.Start(stub_->PrepareAsyncStreamReports(reports_.context(), cq_));
+    }
+  }
+
+  /// A ReportTimings call's answer.
+  void OnReportDone(const grpc::Status& status, int64_t step) {
+    Answered(ranks_.front(), step, status.error_code(), "ReportTimings",
+             status.error_message());
+  }
+
+ private:
+  std::vector<v1::RankStep> TakeSteps(v1::PlanUpdate& plan) override {
+    std::vector<v1::RankStep> steps;
+    if (plan.has_step()) steps.push_back(std::move(*plan.mutable_step()));
+    return steps;
+  }
+
+  void Report(const std::vector<v1::RankStep>& steps) override;
+
+  void CancelReports() override {
+    if (run_->report_stream) reports_.context()->TryCancel();
+  }
+
+  bool ReportsDone() override {
+    if (!run_->report_stream || reports_.done()) return true;
+    reports_.Close();
+    return false;
+  }
+
+  ReportChannel<v1::TimingReport, v1::ReportResult> reports_;
 };
 
 /// One ReportTimings call; deletes itself when it completes.
@@ -343,50 +508,86 @@ class ReportCall final : public Handler {
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ReportAck>> rpc_;
 };
 
-void Agent::Report(const v1::RankStep& step) {
-  ReportCall* call = nullptr;
-  v1::TimingReport* out = nullptr;
-  if (run_->report_stream) {
-    out = &to_write_.emplace_back();
-  } else {
-    call = new ReportCall(this);
-    out = &call->request();
-  }
-  v1::TimingReport& report = *out;
-  report.set_epoch(step.epoch());
-  report.set_step(step.step());
-  report.set_rank(rank_);
-  report.set_sync_seconds(run_->model.SyncSeconds());
-  for (int i = 0; i < step.tasks_size(); ++i) {
-    const v1::Task& task = step.tasks(i);
-    const int p = task.ranks_size();
-    const bool intra = p == 0 || task.ranks(0) / run_->gpus_per_node ==
-                                     task.ranks(p - 1) / run_->gpus_per_node;
-    v1::TaskTiming* timing = report.add_tasks();
-    timing->set_task_index(task.task_index());
-    timing->set_micro_step(i);
-    timing->set_group_size(p);
-    timing->set_seconds(std::max(
-        1e-6, run_->model.TaskSeconds(std::max(p, 1), intra,
-                                      absl::MakeConstSpan(task.lengths().data(),
-                                                          task.lengths_size()),
-                                      task.recompute())));
-  }
-  ++reports_in_flight_;
-  run_->reports_sent.fetch_add(1, std::memory_order_relaxed);
-  if (step.step() >= 0 && step.step() < run_->max_steps) {
-    const int64_t now = absl::ToUnixNanos(absl::Now());
-    std::atomic<int64_t>& last = run_->last_report_ns[step.step()];
-    int64_t seen = last.load(std::memory_order_relaxed);
-    while (seen < now && !last.compare_exchange_weak(seen, now)) {
+void Agent::Report(const std::vector<v1::RankStep>& steps) {
+  for (const v1::RankStep& step : steps) {
+    AddInFlight(1);
+    if (run_->report_stream) {
+      v1::TimingReport report;
+      FillReport(*run_, ranks_.front(), step, report);
+      reports_.Send(std::move(report));
+    } else {
+      auto* call = new ReportCall(this);
+      FillReport(*run_, ranks_.front(), step, call->request());
+      call->Start(stub_, cq_);
     }
   }
-  if (call != nullptr) {
-    call->Start(stub_, cq_);
-  } else {
-    WriteNextReport();
-  }
 }
+
+/// The simulated agents of one node sharing one StreamNodePlans stream and
+/// one StreamNodeReports stream (a node-level agent): the reports due at
+/// once travel in one batch.
+class NodeAgent final : public StreamAgent<v1::NodePlanUpdate> {
+ public:
+  NodeAgent(std::vector<int> ranks, v1::Scheduler::Stub* stub,
+            grpc::CompletionQueue* cq, AgentRun* run)
+      : StreamAgent(std::move(ranks), stub, cq, run),
+        reports_(
+            [this](const v1::ReportResultBatch& batch) {
+              for (const v1::ReportResult& r : batch.results()) {
+                Answered(r.rank(), r.step(), r.code(), "StreamNodeReports",
+                         r.message());
+              }
+            },
+            [this](const grpc::Status& s) { ReportsEnded(s); }) {}
+
+  void Start(const std::string& session_id) override {
+    v1::NodePlansRequest request;
+    for (int rank : ranks_) {
+      v1::StreamPlansRequest* one = request.add_ranks();
+      one->set_rank(rank);
+      one->set_session_id(session_id);
+      one->set_from_step(0);
+    }
+    StartPlans(
+        stub_->PrepareAsyncStreamNodePlans(plan_context(), request, cq_));
+    reports_.Start(
+        stub_->PrepareAsyncStreamNodeReports(reports_.context(), cq_));
+  }
+
+ private:
+  std::vector<v1::RankStep> TakeSteps(v1::NodePlanUpdate& plan) override {
+    std::vector<v1::RankStep> steps;
+    for (v1::RankPlanUpdate& part : *plan.mutable_updates()) {
+      if (part.has_end() && part.end().code() != 0) {
+        run_->Error(absl::StrCat("rank ", part.rank(), " plan part ended with ",
+                                 part.end().code(), ": ",
+                                 part.end().message()));
+      }
+      if (!part.update().has_step()) continue;
+      steps.push_back(std::move(*part.mutable_update()->mutable_step()));
+    }
+    return steps;
+  }
+
+  void Report(const std::vector<v1::RankStep>& steps) override {
+    v1::TimingReportBatch batch;
+    for (const v1::RankStep& step : steps) {
+      FillReport(*run_, step.rank(), step, *batch.add_reports());
+    }
+    AddInFlight(batch.reports_size());
+    reports_.Send(std::move(batch));
+  }
+
+  void CancelReports() override { reports_.context()->TryCancel(); }
+
+  bool ReportsDone() override {
+    if (reports_.done()) return true;
+    reports_.Close();
+    return false;
+  }
+
+  ReportChannel<v1::TimingReportBatch, v1::ReportResultBatch> reports_;
+};
 
 QueueThreads::QueueThreads(int threads) {
   queues_.reserve(threads);
@@ -442,12 +643,25 @@ void QueueThreads::Run(int i) {
 
 AgentFleet::AgentFleet(
     int agents, absl::Span<const std::unique_ptr<v1::Scheduler::Stub>> stubs,
-    QueueThreads* queues, AgentRun* run) {
-  agents_.reserve(agents);
-  for (int rank = 0; rank < agents; ++rank) {
+    QueueThreads* queues, AgentRun* run, int ranks_per_stream) {
+  member_of_.resize(agents);
+  for (int first = 0; first < agents;) {
+    const int k = agents_.size();
+    v1::Scheduler::Stub* stub = stubs[k % stubs.size()].get();
+    grpc::CompletionQueue* cq = queues->queue(k % queues->size());
+    if (ranks_per_stream <= 1) {
+      agents_.push_back(std::make_unique<Agent>(first, stub, cq, run));
+      member_of_[first++] = k;
+      continue;
+    }
+    std::vector<int> ranks;
+    for (; first < agents && ranks.size() < static_cast<size_t>(ranks_per_stream);
+         ++first) {
+      ranks.push_back(first);
+      member_of_[first] = k;
+    }
     agents_.push_back(
-        std::make_unique<Agent>(rank, stubs[rank % stubs.size()].get(),
-                                queues->queue(rank % queues->size()), run));
+        std::make_unique<NodeAgent>(std::move(ranks), stub, cq, run));
   }
 }
 
@@ -462,7 +676,8 @@ void AgentFleet::Cancel() {
 }
 
 absl::Time AgentFleet::received(int rank, int64_t step) const {
-  const std::vector<absl::Time>& received = agents_[rank]->received();
+  const std::vector<absl::Time>& received =
+      agents_[member_of_[rank]]->received(rank);
   if (step < 0 || step >= static_cast<int64_t>(received.size())) {
     return absl::InfinitePast();
   }

@@ -116,16 +116,33 @@ class QueueThreads {
   bool stopped_ = false;
 };
 
-class Agent;
+/// One member of an `AgentFleet`: the agent of one rank, or of the ranks
+/// of one node sharing a stream.
+class SimulatedAgent {
+ public:
+  virtual ~SimulatedAgent() = default;
+  /// Opens the plan stream (and report stream); after this only the
+  /// queue's thread touches the agent (until `AgentRun::all_done`).
+  virtual void Start(const std::string& session_id) = 0;
+  /// Cancels its calls. Thread-safe.
+  virtual void Cancel() = 0;
+  /// When each step of `rank` (one of its ranks) arrived (InfinitePast:
+  /// never). Read after all_done.
+  virtual const std::vector<absl::Time>& received(int rank) const = 0;
+};
 
-/// The agents of ranks 0..N-1: rank r calls through `stubs[r % stubs.size()]`
-/// and runs on queue r % queues->size(). Not thread-safe; after `Start` the
-/// queues' threads own the agents until `AgentRun::all_done`.
+/// The agents of ranks 0..N-1. With `ranks_per_stream` 1, one per rank on
+/// StreamPlans and StreamReports (or ReportTimings); with more, the ranks in
+/// groups of that many (a node's), each group on one StreamNodePlans and
+/// one StreamNodeReports stream (`AgentRun::report_stream` must be set).
+/// Member m calls through `stubs[m % stubs.size()]` and runs on queue
+/// m % queues->size(). Not thread-safe; after `Start` the queues' threads
+/// own the agents until `AgentRun::all_done`.
 class AgentFleet {
  public:
   AgentFleet(int agents,
              absl::Span<const std::unique_ptr<v1::Scheduler::Stub>> stubs,
-             QueueThreads* queues, AgentRun* run);
+             QueueThreads* queues, AgentRun* run, int ranks_per_stream = 1);
   ~AgentFleet();
   AgentFleet(const AgentFleet&) = delete;
   AgentFleet& operator=(const AgentFleet&) = delete;
@@ -134,13 +151,16 @@ class AgentFleet {
   void Start(const std::string& session_id);
   /// Cancels every agent's calls. Thread-safe.
   void Cancel();
-  int size() const { return static_cast<int>(agents_.size()); }
+  /// The ranks.
+  int size() const { return static_cast<int>(member_of_.size()); }
   /// When agent `rank` received `step` (InfinitePast: never, or a step past
   /// `AgentRun::max_steps`). Read after `AgentRun::all_done`.
   absl::Time received(int rank, int64_t step) const;
 
  private:
-  std::vector<std::unique_ptr<Agent>> agents_;
+  std::vector<std::unique_ptr<SimulatedAgent>> agents_;
+  /// Per rank, its member's index in `agents_`.
+  std::vector<int> member_of_;
 };
 
 }  // namespace dcp::plan_delivery
