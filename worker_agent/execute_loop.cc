@@ -60,73 +60,120 @@ struct GivenUp {
   }
 };
 
+// Opens --log_file for appending; a closed stream when there is none.
+absl::Status OpenLog(const std::string& path, std::ofstream& log) {
+  if (path.empty()) return absl::OkStatus();
+  log.open(path, std::ios::app);
+  if (!log.good()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open --log_file '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// The model executor of the execute mode; null when simulating.
+absl::StatusOr<std::unique_ptr<ModelExecutor>> MakeExecutor(
+    StepSourceInterface& source, const ExecuteLoopOptions& options) {
+  if (options.simulate) return std::unique_ptr<ModelExecutor>();
+  ModelExecutorOptions executor_options = options.executor;
+  executor_options.session_id = source.session_id();
+  return ModelExecutor::Create(std::move(executor_options),
+                               source.rendezvous_store());
+}
+
+// One run of the loop: the steps it ran, skipped and gave up.
+class ExecuteRun {
+ public:
+  ExecuteRun(StepSourceInterface& source, const ExecuteLoopOptions& options)
+      : source_(source),
+        options_(options),
+        clock_(options.clock != nullptr ? *options.clock
+                                        : *RealClock::Default()) {}
+
+  // Opens the log (first, so that a bad path fails before any rendezvous),
+  // then the executor.
+  absl::Status Start() {
+    RETURN_IF_ERROR(OpenLog(options_.log_file, log_));
+    ASSIGN_OR_RETURN(executor_, MakeExecutor(source_, options_));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ExecuteSummary> Run() {
+    int64_t after_step = -1;
+    while (options_.max_steps == 0 || summary_.executed < options_.max_steps) {
+      absl::StatusOr<NextStepResult> next =
+          source_.NextStep(after_step, options_.step_timeout);
+      if (!next.ok()) return WaitFailed(next.status());
+      if (next->drained) break;
+      after_step = next->step.step();
+      RETURN_IF_ERROR(Handle(next->step));
+    }
+    return summary_;
+  }
+
+ private:
+  // The loop's error when no next step came.
+  absl::Status WaitFailed(const absl::Status& wait) const {
+    if (options_.stopped && options_.stopped()) {
+      return absl::CancelledError("stopped by signal");
+    }
+    return given_up_.active ? given_up_.Unreplaced(wait) : wait;
+  }
+
+  // Runs, skips or gives up `step`; an error ends the loop.
+  absl::Status Handle(const v1::RankStep& step) {
+    if (given_up_.active && step.epoch() <= given_up_.epoch) {
+      ++summary_.skipped;
+      if (options_.on_step_given_up) options_.on_step_given_up(step, {});
+      return absl::OkStatus();
+    }
+    given_up_.active = false;
+    const absl::Time step_start = clock_.Now();
+    absl::StatusOr<StepExecution> done =
+        RunOne(step, executor_.get(), options_, clock_);
+    if (!done.ok() && executor_ != nullptr && IsPeerFailure(done.status())) {
+      given_up_ = GivenUp{true, step.epoch(), step.step(), done.status()};
+      ++summary_.given_up;
+      if (options_.on_step_given_up) {
+        options_.on_step_given_up(step, done.status());
+      }
+      return absl::OkStatus();
+    }
+    if (!done.ok()) return done.status();
+    return Finish(step, *done, clock_.Now() - step_start);
+  }
+
+  // Logs and reports a step that ran.
+  absl::Status Finish(const v1::RankStep& step, const StepExecution& done,
+                      absl::Duration took) {
+    if (options_.metrics != nullptr) {
+      options_.metrics->OnStepExecuted(done, took);
+    }
+    RETURN_IF_ERROR(AppendLog(log_, options_.log_file, step, done));
+    RETURN_IF_ERROR(source_.ReportTimings(done.report));
+    if (summary_.executed == 0) summary_.first_loss = done.loss;
+    summary_.last_loss = done.loss;
+    summary_.last_step = step.step();
+    ++summary_.executed;
+    return absl::OkStatus();
+  }
+
+  StepSourceInterface& source_;
+  const ExecuteLoopOptions& options_;
+  std::unique_ptr<ModelExecutor> executor_;
+  Clock& clock_;
+  std::ofstream log_;
+  ExecuteSummary summary_;
+  GivenUp given_up_;
+};
+
 }  // namespace
 
 absl::StatusOr<ExecuteSummary> RunExecuteLoop(
     StepSourceInterface& source, const ExecuteLoopOptions& options) {
-  std::ofstream log;
-  if (!options.log_file.empty()) {
-    log.open(options.log_file, std::ios::app);
-    if (!log.good()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot open --log_file '", options.log_file, "'"));
-    }
-  }
-  std::unique_ptr<ModelExecutor> executor;
-  if (!options.simulate) {
-    ModelExecutorOptions executor_options = options.executor;
-    executor_options.session_id = source.session_id();
-    ASSIGN_OR_RETURN(executor,
-                     ModelExecutor::Create(std::move(executor_options),
-                                           source.rendezvous_store()));
-  }
-  Clock& clock =
-      options.clock != nullptr ? *options.clock : *RealClock::Default();
-  ExecuteSummary summary;
-  GivenUp given_up;
-  int64_t after_step = -1;
-  while (options.max_steps == 0 || summary.executed < options.max_steps) {
-    absl::StatusOr<NextStepResult> next =
-        source.NextStep(after_step, options.step_timeout);
-    if (!next.ok()) {
-      if (options.stopped && options.stopped()) {
-        return absl::CancelledError("stopped by signal");
-      }
-      return given_up.active ? given_up.Unreplaced(next.status())
-                             : next.status();
-    }
-    if (next->drained) break;
-    const v1::RankStep& step = next->step;
-    after_step = step.step();
-    if (given_up.active && step.epoch() <= given_up.epoch) {
-      ++summary.skipped;
-      if (options.on_step_given_up) options.on_step_given_up(step, {});
-      continue;
-    }
-    given_up.active = false;
-    const absl::Time step_start = clock.Now();
-    absl::StatusOr<StepExecution> done =
-        RunOne(step, executor.get(), options, clock);
-    if (!done.ok() && executor != nullptr && IsPeerFailure(done.status())) {
-      given_up = GivenUp{true, step.epoch(), step.step(), done.status()};
-      ++summary.given_up;
-      if (options.on_step_given_up) {
-        options.on_step_given_up(step, done.status());
-      }
-      continue;
-    }
-    if (!done.ok()) return done.status();
-    if (options.metrics != nullptr) {
-      options.metrics->OnStepExecuted(*done, clock.Now() - step_start);
-    }
-    RETURN_IF_ERROR(AppendLog(log, options.log_file, step, *done));
-    RETURN_IF_ERROR(source.ReportTimings(done->report));
-    if (summary.executed == 0) summary.first_loss = done->loss;
-    summary.last_loss = done->loss;
-    summary.last_step = step.step();
-    ++summary.executed;
-  }
-  return summary;
+  ExecuteRun run(source, options);
+  RETURN_IF_ERROR(run.Start());
+  return run.Run();
 }
 
 }  // namespace dcp
