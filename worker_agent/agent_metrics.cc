@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/metrics/build_info_metric.h"
 #include "common/status_macros.h"
 
 namespace dcp {
@@ -65,15 +66,7 @@ absl::Status AgentMetrics::RegisterExecuteFamilies() {
 // The build, plan delivery and communicator formation.
 absl::Status AgentMetrics::RegisterTimingFamilies() {
   MetricsRegistry& r = *registry_;
-  ASSIGN_OR_RETURN(GaugeFamily * build,
-                   r.AddGaugeFamily("dcp_agent_build_info",
-                                    "Always 1; labels name the version and "
-                                    "the git commit built (\"unknown\" "
-                                    "outside a git checkout).",
-                                    {"version", "commit"}));
-  ASSIGN_OR_RETURN(Gauge * one,
-                   build->WithLabels({build_.version, build_.commit}));
-  one->Set(1);
+  RETURN_IF_ERROR(AddBuildInfoGauge(r, "dcp_agent_build_info", build_));
   ASSIGN_OR_RETURN(
       plan_delivery_,
       r.AddHistogram(

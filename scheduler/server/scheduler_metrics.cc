@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics/build_info_metric.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "scheduler/control/step_stats.h"
@@ -112,15 +113,7 @@ absl::Status SchedulerMetrics::RegisterEventFamilies() {
 // The build, the planned tasks' mix and the last completed step.
 absl::Status SchedulerMetrics::RegisterStepFamilies() {
   MetricsRegistry& r = *registry_;
-  ASSIGN_OR_RETURN(GaugeFamily * build,
-                   r.AddGaugeFamily("dcp_scheduler_build_info",
-                                    "Always 1; labels name the version and "
-                                    "the git commit built (\"unknown\" "
-                                    "outside a git checkout).",
-                                    {"version", "commit"}));
-  ASSIGN_OR_RETURN(Gauge * one,
-                   build->WithLabels({build_.version, build_.commit}));
-  one->Set(1);
+  RETURN_IF_ERROR(AddBuildInfoGauge(r, "dcp_scheduler_build_info", build_));
   ASSIGN_OR_RETURN(std::vector<double> sizes, ExponentialBuckets(1, 2, 13));
   ASSIGN_OR_RETURN(
       task_group_size_,
