@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "fuzz/control_plane_session.h"
 #include "fuzz/fuzz_support.h"
+#include "scheduler/control/test_plan.h"
 
 namespace dcp {
 namespace fuzz {
@@ -118,7 +119,8 @@ void SessionRun::PlannedReport(const fuzz::PlannedReport& planned) {
   const int last = planned.all_ranks() ? kWorld - 1 : planned.rank();
   for (int rank = first; rank <= last; ++rank) {
     v1::TimingReport report =
-        CorrectReport(step, rank, per_token, planned.sync_seconds());
+        testing_plan::ReportAtRate(step, rank, per_token,
+                                   planned.sync_seconds());
     report.MergeFrom(planned.overrides());
     Report(report);
   }

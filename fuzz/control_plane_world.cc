@@ -1,6 +1,5 @@
 #include "fuzz/control_plane_world.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -74,32 +73,6 @@ ControlPlaneOptions WorldOptions(const World& w, Clock* clock) {
   o.start_planner_thread = false;
   o.clock = clock;
   return o;
-}
-
-v1::TimingReport CorrectReport(const v1::StepPlan& plan, int rank,
-                               double seconds_per_token, double sync_seconds) {
-  v1::TimingReport report;
-  report.set_epoch(plan.epoch());
-  report.set_step(plan.step());
-  report.set_rank(rank);
-  report.set_sync_seconds(sync_seconds);
-  for (const v1::Task& task : plan.tasks()) {
-    if (std::find(task.ranks().begin(), task.ranks().end(), rank) ==
-        task.ranks().end()) {
-      continue;
-    }
-    int64_t tokens = 0;
-    for (int64_t length : task.lengths()) tokens += length;
-    v1::TaskTiming* t = report.add_tasks();
-    t->set_task_index(task.task_index());
-    t->set_micro_step(report.tasks_size() - 1);
-    t->set_group_size(task.ranks_size());
-    t->set_tokens(tokens);
-    t->set_recompute(task.recompute());
-    t->set_seconds(seconds_per_token * static_cast<double>(tokens));
-    t->set_peak_memory_bytes(1000 * tokens);
-  }
-  return report;
 }
 
 bool Purged(const std::string& key, int64_t epoch) {

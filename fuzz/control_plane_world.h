@@ -31,11 +31,6 @@ inline constexpr char kToken[] = "fuzz-token-0123456789abcdef";
 /// planner thread), on `clock` (not owned).
 ControlPlaneOptions WorldOptions(const World& world, Clock* clock);
 
-/// What a correct agent of `rank` reports for `plan`: its tasks in plan
-/// order at `seconds_per_token`.
-v1::TimingReport CorrectReport(const v1::StepPlan& plan, int rank,
-                               double seconds_per_token, double sync_seconds);
-
 /// Whether `ControlPlane::PurgeStoreBefore(epoch)` removes `key`: it is
 /// under "<session>/e<k>/" with k < epoch.
 bool Purged(const std::string& key, int64_t epoch);

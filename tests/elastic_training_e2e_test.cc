@@ -31,13 +31,11 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -48,6 +46,7 @@
 #include "scheduler/planner/plan.h"
 #include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
+#include "tests/execution_log.h"
 #include "tests/job_inputs.h"
 
 namespace dcp {
@@ -57,6 +56,7 @@ using testing_process::Binary;
 using testing_process::Child;
 using testing_process::ChildReaper;
 using testing_process::CtlStatus;
+using testing_process::AbandonedRange;
 using testing_process::JsonNumber;
 using testing_process::ReadFile;
 using testing_process::Spawn;
@@ -75,47 +75,14 @@ constexpr int kVictim = 1;
 constexpr int64_t kKillAfter = 2;
 constexpr absl::Duration kPatience = absl::Seconds(120);
 
-/// One line of an agent's execute-mode log (FormatExecutionLog).
-struct Line {
-  std::string kind;
-  int64_t epoch = 0;
-  int64_t step = 0;
-  int task_index = 0;
-  std::vector<int> group;
-  std::vector<int64_t> samples;
-  int64_t tokens = 0;
-  double loss = 0;
-  std::string weights;
-  std::string start_weights;
-};
+using Line = testing_process::ExecutionLine;
 
 std::string LogPath(int rank) {
   return TmpPath(absl::StrCat("elastic-agent-", rank, ".jsonl"));
 }
 
 std::vector<Line> Logged(int rank) {
-  std::vector<Line> out;
-  std::istringstream lines(ReadFile(LogPath(rank)));
-  for (std::string text; std::getline(lines, text);) {
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.contains("kind")) continue;
-    Line line;
-    line.kind = j["kind"].get<std::string>();
-    line.epoch = j["epoch"].get<int64_t>();
-    line.step = j["step"].get<int64_t>();
-    line.tokens = j["tokens"].get<int64_t>();
-    if (line.kind == "task") {
-      line.task_index = j["task_index"].get<int>();
-      line.group = j["group"].get<std::vector<int>>();
-      line.samples = j["samples"].get<std::vector<int64_t>>();
-    } else {
-      line.loss = j["loss"].get<double>();
-      line.weights = j.value("weights", "");
-      line.start_weights = j.value("start_weights", "");
-    }
-    out.push_back(std::move(line));
-  }
-  return out;
+  return testing_process::ReadExecutionLog(LogPath(rank));
 }
 
 bool Ran(int rank, int64_t step) {
@@ -123,20 +90,6 @@ bool Ran(int rank, int64_t step) {
     if (l.kind == "step" && l.step >= step) return true;
   }
   return false;
-}
-
-/// "... steps [A, B) abandoned ..." of the scheduler's shrink line.
-std::pair<int64_t, int64_t> AbandonedRange(const std::string& line) {
-  std::pair<int64_t, int64_t> range{-1, -1};
-  const size_t at = line.find("steps [");
-  if (at == std::string::npos) return range;
-  const std::string rest = line.substr(at + 7, line.find(')', at) - at - 7);
-  std::vector<std::string> bounds = absl::StrSplit(rest, ", ");
-  if (bounds.size() != 2 || !absl::SimpleAtoi(bounds[0], &range.first) ||
-      !absl::SimpleAtoi(bounds[1], &range.second)) {
-    ADD_FAILURE() << "cannot read the abandoned steps of: " << line;
-  }
-  return range;
 }
 
 /// A task of a step as the ranks that ran it logged it.

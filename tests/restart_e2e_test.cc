@@ -37,7 +37,6 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,6 +51,7 @@
 #include "scheduler/planner/plan.h"
 #include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
+#include "tests/execution_log.h"
 #include "tests/job_inputs.h"
 
 namespace dcp {
@@ -114,18 +114,14 @@ struct Job {
   }
 };
 
+/// Rank `r`'s execution log.
+std::string AgentLog(int r) {
+  return TmpPath(absl::StrCat("agent-", r, ".jsonl"));
+}
+
 /// The step lines of rank `r`'s log, in order.
 std::vector<int64_t> LoggedSteps(int r) {
-  std::vector<int64_t> steps;
-  std::istringstream lines(
-      ReadFile(TmpPath(absl::StrCat("agent-", r, ".jsonl"))));
-  for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("kind", "") == "step") {
-      steps.push_back(j["step"].get<int64_t>());
-    }
-  }
-  return steps;
+  return testing_process::LoggedSteps(AgentLog(r));
 }
 
 /// The highest step some rank has trained (-1 before any).
@@ -256,23 +252,12 @@ std::string SessionOf(const std::string& log) {
 }
 
 /// One task as one rank logged it.
-struct TaskLine {
-  int64_t step = 0;
-  int task_index = 0;
-  std::vector<int> group;
-  std::vector<int64_t> samples;
-};
+using TaskLine = testing_process::ExecutionLine;
 
 std::vector<TaskLine> LoggedTasks(int r) {
   std::vector<TaskLine> tasks;
-  std::istringstream lines(
-      ReadFile(TmpPath(absl::StrCat("agent-", r, ".jsonl"))));
-  for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || j.value("kind", "") != "task") continue;
-    tasks.push_back({j["step"].get<int64_t>(), j["task_index"].get<int>(),
-                     j["group"].get<std::vector<int>>(),
-                     j["samples"].get<std::vector<int64_t>>()});
+  for (TaskLine& line : testing_process::ReadExecutionLog(AgentLog(r))) {
+    if (line.kind == "task") tasks.push_back(std::move(line));
   }
   return tasks;
 }
@@ -373,7 +358,7 @@ std::vector<Child> StartAgents(const std::string& address, const Job& job) {
          "--mode=execute", "--model_config=" + job.model_path,
          absl::StrCat("--token_scale=", kTokenScale),
          "--rendezvous_timeout=60s",
-         "--log_file=" + TmpPath(absl::StrCat("agent-", r, ".jsonl"))}));
+         "--log_file=" + AgentLog(r)}));
   }
   return agents;
 }

@@ -56,11 +56,12 @@ inline v1::StepPlan SmallPlan(int64_t step) {
   return plan;
 }
 
-/// Rank `rank`'s timings of `plan`: each of its tasks (in plan order) takes
-/// `kSecondsPerToken` a token, scaled by `slowdown`; the sync takes
+/// What a correct agent of `rank` reports for `plan`: each of its tasks,
+/// in plan order, takes `seconds_per_token` a token; the sync takes
 /// `sync_seconds`.
-inline v1::TimingReport TimingsOf(const v1::StepPlan& plan, int rank,
-                                  double sync_seconds, double slowdown = 1) {
+inline v1::TimingReport ReportAtRate(const v1::StepPlan& plan, int rank,
+                                     double seconds_per_token,
+                                     double sync_seconds) {
   v1::TimingReport report;
   report.set_epoch(plan.epoch());
   report.set_step(plan.step());
@@ -78,10 +79,18 @@ inline v1::TimingReport TimingsOf(const v1::StepPlan& plan, int rank,
     t->set_group_size(task.ranks_size());
     t->set_tokens(tokens);
     t->set_recompute(task.recompute());
-    t->set_seconds(kSecondsPerToken * static_cast<double>(tokens) * slowdown);
+    t->set_seconds(seconds_per_token * static_cast<double>(tokens));
     t->set_peak_memory_bytes(1000 * tokens);
   }
   return report;
+}
+
+/// Rank `rank`'s timings of `plan`: each of its tasks (in plan order) takes
+/// `kSecondsPerToken` a token, scaled by `slowdown`; the sync takes
+/// `sync_seconds`.
+inline v1::TimingReport TimingsOf(const v1::StepPlan& plan, int rank,
+                                  double sync_seconds, double slowdown = 1) {
+  return ReportAtRate(plan, rank, kSecondsPerToken * slowdown, sync_seconds);
 }
 
 }  // namespace testing_plan

@@ -1,0 +1,46 @@
+#ifndef DCP_TESTS_EXECUTION_LOG_H_
+#define DCP_TESTS_EXECUTION_LOG_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dcp::testing_process {
+
+/// One line of an execute- or simulate-mode agent's `--log_file`
+/// (worker_agent's `FormatExecutionLog`): a "task" line per task it ran, then
+/// a "step" line.
+struct ExecutionLine {
+  std::string kind;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int rank = 0;
+  /// Task lines: the task, its group and samples.
+  int task_index = 0;
+  std::vector<int> group;
+  std::vector<int64_t> samples;
+  /// Tokens of the task (task lines) or of the rank's step (step lines).
+  int64_t tokens = 0;
+  /// Step lines: the loss and, where the executor logs them, the digests of
+  /// the weights after and before the step.
+  double loss = 0;
+  std::string weights;
+  std::string start_weights;
+};
+
+/// The lines of the log at `path` in order; lines that are not JSON objects
+/// with a "kind" (a torn last line of a killed agent) are left out.
+std::vector<ExecutionLine> ReadExecutionLog(const std::string& path);
+
+/// The step lines' steps of the log at `path`, in order (repeats kept).
+std::vector<int64_t> LoggedSteps(const std::string& path);
+
+/// [A, B) of the scheduler's "... steps [A, B) abandoned ..." shrink line;
+/// {-1, -1} (and a test failure when the line names steps but they do not
+/// parse) otherwise.
+std::pair<int64_t, int64_t> AbandonedRange(const std::string& line);
+
+}  // namespace dcp::testing_process
+
+#endif  // DCP_TESTS_EXECUTION_LOG_H_
