@@ -188,6 +188,8 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
   v1::Profile profile;
   const int heads = options_.model.heads;
   int64_t sample = 0;
+  int largest = 0;
+  for (int p : request.group_sizes()) largest = std::max(largest, p);
   for (int p : request.group_sizes()) {
     const std::string where = absl::StrCat("profile, group size ", p);
     if (p < 1 || heads % p != 0) {
@@ -204,6 +206,11 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
     }
     const bool reports = group == nullptr || group->ranks(0) == options_.rank;
     for (int64_t length : request.lengths()) {
+      // Long lengths only on the largest group (all_groups_up_to_length).
+      if (request.all_groups_up_to_length() > 0 &&
+          length > request.all_groups_up_to_length() && p != largest) {
+        continue;
+      }
       for (int i = 0; i < request.recompute_size(); ++i) {
         const double recompute = request.recompute(i);
         // Only the points whose tokens fit a GPU (one cap per ratio).

@@ -36,6 +36,7 @@ void CompleteProfileGrid(const CostModel& model, int64_t window,
     options.max_tokens_per_gpu.push_back(
         static_cast<int64_t>(std::floor(model.MaxTokensPerGpu(r))));
   }
+  options.all_groups_up_to_length = kProfileAllGroupsUpToLength;
 }
 
 bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
@@ -44,6 +45,17 @@ bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
     return true;
   }
   return length <= request.max_tokens_per_gpu(recompute_index) * p;
+}
+
+bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
+                          int p, int recompute_index) {
+  if (!ProfilePointFits(request, length, p, recompute_index)) return false;
+  const int64_t up_to = request.all_groups_up_to_length();
+  if (up_to <= 0 || length <= up_to || request.group_sizes_size() == 0) {
+    return true;
+  }
+  return p == *std::max_element(request.group_sizes().begin(),
+                                request.group_sizes().end());
 }
 
 ProfileStage::ProfileStage(ProfileStageOptions options)
@@ -62,6 +74,7 @@ v1::ProfileRequest ProfileStage::MakeRequest(
   for (int64_t cap : options.max_tokens_per_gpu) {
     request.add_max_tokens_per_gpu(cap);
   }
+  request.set_all_groups_up_to_length(options.all_groups_up_to_length);
   const int world = options.world_size;
   const int largest = std::min(world, options.gpus_per_node);
   int group_id = 1;

@@ -38,7 +38,14 @@ struct ProfileStageOptions {
   /// group size p, recompute[i]) is measured only when length / p tokens
   /// per GPU are at most max_tokens_per_gpu[i] (`ProfilePointFits`).
   std::vector<int64_t> max_tokens_per_gpu;
+  /// When > 0, a length above it is measured only on the largest group size
+  /// (`ProfilePointMeasured`).
+  int64_t all_groups_up_to_length = 0;
 };
+
+/// The longest length `CompleteProfileGrid` has measured on every group
+/// size; longer ones only on the largest (the former default grid's end).
+inline constexpr int64_t kProfileAllGroupsUpToLength = 4096;
 
 /// The grid lengths that reach a context window: 256, 1024, ... (times 4)
 /// below `window`, then `window` itself (at least 256).
@@ -46,9 +53,10 @@ std::vector<int64_t> DefaultProfileLengths(int64_t window);
 
 /// The scheduler's default grid, one rule for the control plane and for
 /// dcp-bench's simulated profile: empty `lengths` become
-/// `DefaultProfileLengths(window)`, and `max_tokens_per_gpu` what `model`
+/// `DefaultProfileLengths(window)`, `max_tokens_per_gpu` what `model`
 /// says fits in memory at each recompute ratio, so that a long length is
-/// measured only on groups (and at ratios) that can hold it.
+/// measured only on groups (and at ratios) that can hold it, and lengths
+/// above `kProfileAllGroupsUpToLength` only on the largest group size.
 void CompleteProfileGrid(const CostModel& model, int64_t window,
                          ProfileStageOptions& options);
 
@@ -57,6 +65,12 @@ void CompleteProfileGrid(const CostModel& model, int64_t window,
 /// the agents apply the same rule).
 bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
                       int recompute_index);
+
+/// Whether the agents measure that point: it fits, and its length is at most
+/// `all_groups_up_to_length` (when set) or `p` is the request's largest group
+/// size (the agents apply the same rule).
+bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
+                          int p, int recompute_index);
 
 /// The start-up "data profile" stage: which ranks still owe an answer to
 /// the ProfileRequest, and when the stage ends (every rank answered, or

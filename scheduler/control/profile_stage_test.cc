@@ -1,5 +1,6 @@
 #include "scheduler/control/profile_stage.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -104,6 +105,38 @@ TEST(ProfileStageTest, TheDefaultGridAsksOnlyForPointsThatFit) {
   v1::ProfileRequest uncapped = request;
   uncapped.clear_max_tokens_per_gpu();
   EXPECT_TRUE(ProfilePointFits(uncapped, int64_t{1} << 40, 1, 0));
+}
+
+// Up to kProfileAllGroupsUpToLength every group size that holds a length
+// measures it; longer lengths only the largest group size.
+TEST(ProfileStageTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
+  const ModelSpec model = *BuiltinModel("llama3-8b");
+  const CostModel cost = CostModel::FromSpecs(ClusterSpec::H200(), model, 16);
+  ProfileStageOptions o = Options(16);
+  o.heads = model.heads;
+  o.lengths.clear();
+  CompleteProfileGrid(cost, 524288, o);
+  EXPECT_EQ(o.all_groups_up_to_length, kProfileAllGroupsUpToLength);
+  const v1::ProfileRequest request = ProfileStage::MakeRequest(o);
+  EXPECT_EQ(request.all_groups_up_to_length(), kProfileAllGroupsUpToLength);
+  const int largest = *std::max_element(request.group_sizes().begin(),
+                                        request.group_sizes().end());
+  ASSERT_EQ(largest, 8);
+  const int64_t short_length = kProfileAllGroupsUpToLength;
+  const int64_t long_length = 4 * kProfileAllGroupsUpToLength;
+  for (int p : request.group_sizes()) {
+    ASSERT_TRUE(ProfilePointFits(request, long_length, p, 1)) << p;
+    EXPECT_TRUE(ProfilePointMeasured(request, short_length, p, 1)) << p;
+    EXPECT_EQ(ProfilePointMeasured(request, long_length, p, 1), p == largest)
+        << p;
+  }
+  // A point that does not fit is not measured on any group.
+  const int64_t too_long = 8 * o.max_tokens_per_gpu[0] + 1;
+  EXPECT_FALSE(ProfilePointMeasured(request, too_long, largest, 0));
+  // Without the field every fitting point is measured.
+  v1::ProfileRequest every = request;
+  every.set_all_groups_up_to_length(0);
+  EXPECT_TRUE(ProfilePointMeasured(every, long_length, 1, 1));
 }
 
 TEST(ProfileStageTest, TheRequestStaysWithinANode) {

@@ -7,6 +7,7 @@
 #include "common/cluster_config.h"
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
+#include "scheduler/control/profile_stage.h"
 #include "scheduler/eval/evaluation.h"
 #include "scheduler/eval/simulated_profile.h"
 #include "scheduler/eval/simulator.h"
@@ -145,12 +146,12 @@ TEST(LearnedModelTest, ReportsEveryModelAndTheOnlineRefit) {
   const LengthView view(Trace(), o.evaluation.window);
   absl::StatusOr<LearnedModelResult> r = EvaluateLearnedModel(view, o);
   ASSERT_TRUE(r.ok()) << r.status();
-  // 4 group sizes (1, 2, 4, 8) x 16 ranks x 2 ratios x 2 reps x the
-  // lengths: 256 ... 32768 (5) by default, else 3; less 32768 tokens on one
-  // GPU at r = 0 (146 GB of activations: 16 ranks x 2 reps).
-  const double per_token_r0 = 34.0 * 4096 * 32 + 34.0 * 4096;
-  ASSERT_GT(32768 * per_token_r0, ClusterSpec::H200().MemoryCap());
-  EXPECT_EQ(r->profile_rows, 4 * 16 * 5 * 2 * 2 - 16 * 2);
+  // 16 ranks x 2 ratios x 2 reps x the points: by default lengths 256,
+  // 1024 and 4096 on the 4 group sizes (1, 2, 4, 8) and 16384 and 32768
+  // (above kProfileAllGroupsUpToLength) on groups of 8 only, where they fit
+  // (32768 / 8 tokens a GPU); else 256, 1024 and 4096 on all 4.
+  ASSERT_EQ(kProfileAllGroupsUpToLength, 4096);
+  EXPECT_EQ(r->profile_rows, 16 * 2 * 2 * (3 * 4 + 2 * 1));
   EXPECT_EQ(r->profile_short_rows, 4 * 16 * 3 * 2 * 2);
   // The same points and more: the longer grid costs more.
   EXPECT_GT(r->profile_seconds, r->profile_short_seconds);

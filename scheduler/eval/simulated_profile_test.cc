@@ -5,6 +5,7 @@
 
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
+#include "scheduler/control/profile_stage.h"
 #include "scheduler/eval/simulator.h"
 
 namespace dcp {
@@ -109,11 +110,13 @@ TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
   }
   EXPECT_EQ(window_sizes, std::set<int>{8});
   // The cost: rank 0 runs one group of each size, every point it fits
-  // twice (two repetitions), one after another.
+  // twice (two repetitions), one after another; lengths above
+  // kProfileAllGroupsUpToLength on the group of 8 only.
   for (int p : {1, 2, 4, 8}) {
     std::vector<int> ranks(p);
     for (int r = 0; r < p; ++r) ranks[r] = r;
     for (int64_t length : {256, 1024, 4096, 16384, 65536, 262144, 524288}) {
+      if (length > kProfileAllGroupsUpToLength && p != 8) continue;
       for (double r : {0.0, 1.0}) {
         if (length > cap[r == 1.0] * p) continue;
         const std::vector<int64_t> seq = {length};
