@@ -109,8 +109,10 @@ struct ResumeEvent {
 /// What the control plane tells its owner when ranks are declared failed
 /// (`rank_timeout`) or return, for the logs: what was decided.
 struct RankFailureEvent {
-  /// The ranks declared failed (empty for a return).
+  /// The ranks declared failed (empty for a return), and why, one line
+  /// each in the same order (`RankLiveness::FailureReason`).
   std::vector<int> failed;
+  std::vector<std::string> reasons;
   /// The rank that registered again (-1 for a failure).
   int returned = -1;
   /// "hold" or "shrink".

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "scheduler/control/job_journal.h"
 #include "scheduler/control/step_stats.h"
@@ -157,11 +158,33 @@ state::JobIdentity JobIdentityOf(const ControlPlaneOptions& o) {
   return job;
 }
 
+/// A world that a shrink left smaller grows back only under shrink (a
+/// returning rank joins a new epoch); under hold its ranks left out would
+/// stay out for good, silently. FAILED_PRECONDITION naming both.
+absl::Status CheckPolicyResumes(const DurableState& durable,
+                                const ControlPlaneOptions& options) {
+  const int members = durable.members.empty()
+                          ? options.world_size
+                          : static_cast<int>(durable.members.size());
+  if (options.on_rank_failure != RankFailurePolicy::kHold ||
+      members >= options.world_size) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the state holds a job that --on_rank_failure=shrink left on ", members,
+      " of its ", options.world_size, " ranks (epoch ", durable.epoch,
+      ": ranks [", absl::StrJoin(durable.members, ","),
+      "]), and this scheduler's --on_rank_failure is hold, which never takes "
+      "the ranks left out back; restart with --on_rank_failure=shrink, or "
+      "use a new --state_dir"));
+}
+
 /// Checks that a resumed job is `options`' and fixes what a resume keeps:
 /// the stored session, and no start-up profile once steps were planned.
 absl::Status PrepareResume(const DurableState& durable,
                            ControlPlaneOptions& options) {
   RETURN_IF_ERROR(CheckSameJob(*durable.job, JobIdentityOf(options)));
+  RETURN_IF_ERROR(CheckPolicyResumes(durable, options));
   options.session_id = durable.job->session_id();
   if (durable.planned_steps() > 0) options.profile_at_start = false;
   return absl::OkStatus();

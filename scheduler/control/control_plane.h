@@ -142,7 +142,9 @@ struct ControlPlaneOptions {
   /// from `state_store`.
   std::function<void(const ResumeEvent&)> on_resumed;
   /// A registered rank whose plan stream is gone and that was not heard
-  /// from for this long (by `clock`) is declared failed; checked by the
+  /// from for this long (by `clock`), or that did not report a step for
+  /// this long after the rest of the step's world did (hung, its stream
+  /// open: the stream is then ended), is declared failed; checked by the
   /// planner thread every tenth of it (10 ms to 1 s). Zero: never (the
   /// default here; dcp-scheduler's --rank_timeout defaults to 60 s).
   absl::Duration rank_timeout = absl::ZeroDuration();
@@ -234,7 +236,9 @@ struct ControlPlaneOptions {
 ///     steps and their samples), before a late report of an abandoned step
 ///     is answered `discarded` and before any plan of the new epoch.
 /// `Start` on a store holding a job checks that it is this job
-/// (`CheckSameJob`: the lengths, window, batch, seed, world and model) and
+/// (`CheckSameJob`: the lengths, window, batch, seed, world and model; and
+/// a world a shrink left smaller is refused under `on_rank_failure` hold,
+/// which would never grow it back) and
 /// resumes it: the same session id; the step builder replayed to where it
 /// was (checked against the kept plans' samples); the steps planned but not
 /// completed kept exactly as planned and their reports recorded again, so

@@ -647,6 +647,44 @@ TEST_F(ControlPlaneStateTest, ARestartBeforeTheNewEpochsFirstPlanReservesAlike) 
   }
 }
 
+TEST_F(ControlPlaneStateTest, AShrunkJobIsRefusedUnderHoldNamingBoth) {
+  FakeStateStore store;
+  std::unique_ptr<ControlPlane> cp = Start(ShrinkOptions(&store));
+  ASSERT_NE(cp, nullptr);
+  OpenThreeStepsThenLoseRank3(*cp);
+  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+  ASSERT_EQ(cp->Status().epoch_world_size(), 3);
+  cp.reset();
+
+  FakeStateStore restarted(store.state());
+  ControlPlaneOptions hold = ShrinkOptions(&restarted);
+  hold.on_rank_failure = RankFailurePolicy::kHold;
+  const absl::Status refused = ControlPlane::Start(hold).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(),
+              HasSubstr("--on_rank_failure=shrink left on 3 of its 4 ranks "
+                        "(epoch 1: ranks [0,1,2])"));
+  EXPECT_THAT(refused.message(),
+              HasSubstr("this scheduler's --on_rank_failure is hold"));
+  // Under shrink it resumes, rank 3 still out until it returns.
+  cp = Start(ShrinkOptions(&restarted));
+  ASSERT_NE(cp, nullptr);
+  EXPECT_EQ(cp->Status().epoch_world_size(), 3);
+}
+
+TEST_F(ControlPlaneStateTest, AWholeWorldResumesUnderEitherPolicy) {
+  FakeStateStore store;
+  std::unique_ptr<ControlPlane> cp = Start(ShrinkOptions(&store));
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  ASSERT_GT(*cp->PlanAvailableSteps(), 0);
+  cp.reset();
+  FakeStateStore restarted(store.state());
+  ControlPlaneOptions hold = ShrinkOptions(&restarted);
+  hold.on_rank_failure = RankFailurePolicy::kHold;
+  EXPECT_NE(Start(hold), nullptr);
+}
+
 TEST_F(ControlPlaneStateTest, ATornEpochRecordIsCutAndTheOldWorldResumes) {
   const std::string dir = TmpDir("torn-epoch");
   {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace dcp {
 
 absl::string_view RankFailurePolicyName(RankFailurePolicy policy) {
@@ -23,6 +25,8 @@ bool RankLiveness::OnRegistered(int rank, absl::Time now) {
   r.registered = true;
   r.failed = false;
   r.last_heard = now;
+  // A rank back (or a new process of it) gets a whole timeout to catch up.
+  for (auto& [step, since] : r.awaited) since = now;
   return returned;
 }
 
@@ -40,6 +44,41 @@ void RankLiveness::OnSeen(int rank, absl::Time now) {
   ranks_[rank].last_heard = now;
 }
 
+void RankLiveness::OnReported(int rank, int64_t step, absl::Time now) {
+  Rank& r = ranks_[rank];
+  r.last_heard = now;
+  r.awaited.erase(r.awaited.begin(), r.awaited.upper_bound(step));
+}
+
+void RankLiveness::OnStepAwaiting(int64_t step, const std::vector<int>& missing,
+                                  absl::Time now) {
+  for (int rank : missing) ranks_[rank].awaited[step] = now;
+}
+
+void RankLiveness::ForgetAwaited() {
+  for (Rank& r : ranks_) r.awaited.clear();
+}
+
+int64_t RankLiveness::OverdueStep(const Rank& r, absl::Time now) const {
+  for (const auto& [step, since] : r.awaited) {
+    if (now - since >= options_.timeout) return step;
+  }
+  return -1;
+}
+
+std::string RankLiveness::FailureReason(int rank) const {
+  const Rank& r = ranks_[rank];
+  if (!r.failed) return "";
+  if (r.hung_step >= 0) {
+    return absl::StrCat("rank ", rank, " did not report step ", r.hung_step,
+                        " for ", absl::FormatDuration(options_.timeout),
+                        " (--rank_timeout) after the rest of its world did");
+  }
+  return absl::StrCat("rank ", rank, " had no plan stream and was silent for ",
+                      absl::FormatDuration(options_.timeout),
+                      " (--rank_timeout)");
+}
+
 void RankLiveness::RestoreFailed(int rank) {
   ranks_[rank].failed = true;
   ranks_[rank].connected = false;
@@ -50,9 +89,12 @@ std::vector<int> RankLiveness::Check(absl::Time now) {
   if (!enabled()) return failed;
   for (int rank = 0; rank < static_cast<int>(ranks_.size()); ++rank) {
     Rank& r = ranks_[rank];
-    if (!r.registered || r.connected || r.failed) continue;
-    if (now - r.last_heard < options_.timeout) continue;
+    if (!r.registered || r.failed) continue;
+    const bool gone = !r.connected && now - r.last_heard >= options_.timeout;
+    const int64_t overdue = gone ? -1 : OverdueStep(r, now);
+    if (!gone && overdue < 0) continue;
     r.failed = true;
+    r.hung_step = overdue;
     ++failures_;
     failed.push_back(rank);
   }

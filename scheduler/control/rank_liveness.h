@@ -2,6 +2,8 @@
 #define DCP_SCHEDULER_CONTROL_RANK_LIVENESS_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -27,9 +29,10 @@ absl::string_view RankFailurePolicyName(RankFailurePolicy policy);
 /// Configuration of a `RankLiveness`.
 struct RankLivenessOptions {
   int world_size = 0;
-  /// A registered rank with no open plan stream that nothing was heard
-  /// from (registration, report, stream opened or closed) for this long is
-  /// declared failed. Zero or less: never.
+  /// A registered rank is declared failed when, for this long, it had no
+  /// open plan stream and nothing was heard from it (registration, report,
+  /// stream opened or closed), or it did not report a step that every
+  /// other member of the step's world had reported. Zero or less: never.
   absl::Duration timeout = absl::Seconds(60);
 };
 
@@ -39,10 +42,17 @@ struct RankLivenessOptions {
 /// answers `Check(now)`; the caller owns the clock (so tests step a fake
 /// one) and decides what a failure means (`RankFailurePolicy`).
 ///
-/// A rank can fail only once it has registered, and only while it has no
-/// open plan stream: a connected rank that is slow is not failed (its
-/// stream's end is what the server sees when its process dies). A failed
-/// rank stays failed until it registers again.
+/// A rank can fail only once it has registered, in one of two ways:
+///   - gone: it has no open plan stream (its stream's end is what the
+///     server sees when its process dies) and was silent for `timeout`;
+///   - hung: its stream is open but it did not report step s for `timeout`
+///     after the rest of s's world did. The clock starts at the last report
+///     of s from a rank outside the ranks still missing (`OnStepAwaiting`),
+///     so one long step is no failure: every rank is slow then, and the
+///     clock starts only once the others are done with s. With several
+///     ranks missing, it starts when every rank outside them reported.
+/// A failed rank stays failed until it registers again; a registration
+/// restarts the clocks of the steps it still owes.
 ///
 /// Thread-compatible: `StepWindow` calls it under its own lock.
 ///
@@ -51,6 +61,8 @@ struct RankLivenessOptions {
 ///   live.OnStreamOpened(2, now);
 ///   live.OnStreamClosed(2, now);             // its process died
 ///   live.Check(now + absl::Seconds(10));     // {2}
+///   live.OnStepAwaiting(7, {3}, now);        // all but rank 3 reported 7
+///   live.Check(now + absl::Seconds(10));     // {3}: hung
 class RankLiveness {
  public:
   explicit RankLiveness(RankLivenessOptions options);
@@ -65,6 +77,15 @@ class RankLiveness {
   void OnStreamClosed(int rank, absl::Time now);
   /// Something came from the rank (a report) at `now`.
   void OnSeen(int rank, absl::Time now);
+  /// `rank` reported `step` at `now` (ranks report their steps in order, so
+  /// it owes none before it).
+  void OnReported(int rank, int64_t step, absl::Time now);
+  /// At `now` every member of step `step`'s world reported it except
+  /// `missing`: their clock for the step starts (again) at `now`.
+  void OnStepAwaiting(int64_t step, const std::vector<int>& missing,
+                      absl::Time now);
+  /// No step is awaited from anyone any more (a shrink abandoned them).
+  void ForgetAwaited();
   /// A restart found `rank` out of the world (it had failed): failed until
   /// it registers, not counted as a new failure.
   void RestoreFailed(int rank);
@@ -73,6 +94,8 @@ class RankLiveness {
   std::vector<int> Check(absl::Time now);
 
   bool failed(int rank) const { return ranks_[rank].failed; }
+  /// Why `rank` was declared failed, for logs and the stream's end.
+  std::string FailureReason(int rank) const;
   /// Ranks registered and not failed.
   int live_ranks() const;
   /// Ranks failed now.
@@ -86,7 +109,15 @@ class RankLiveness {
     bool connected = false;
     bool failed = false;
     absl::Time last_heard = absl::InfinitePast();
+    /// Steps the rest of their world reported and this rank did not yet,
+    /// with when their clock started.
+    std::map<int64_t, absl::Time> awaited;
+    /// The step it failed on for not reporting it; -1: it was gone.
+    int64_t hung_step = -1;
   };
+
+  /// The first step `r` owes whose clock ran out at `now`; -1: none.
+  int64_t OverdueStep(const Rank& r, absl::Time now) const;
 
   const RankLivenessOptions options_;
   std::vector<Rank> ranks_;

@@ -90,11 +90,99 @@ TEST_F(RankLivenessTest, SeveralRanksFailTogetherInOrder) {
   EXPECT_EQ(live_.live_ranks(), 2);
 }
 
+// Ranks 0..2 reported step 5 at the start; rank 3, streaming, did not.
+class RankLivenessHungTest : public RankLivenessTest {
+ protected:
+  RankLivenessHungTest() {
+    for (int r : {0, 1, 2}) live_.OnReported(r, 5, clock_.Now());
+    live_.OnStepAwaiting(5, {3}, clock_.Now());
+  }
+};
+
+TEST_F(RankLivenessHungTest, AStreamingRankThatOwesAStepFailsAtTheTimeout) {
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+  EXPECT_TRUE(live_.failed(3));
+  EXPECT_EQ(live_.failures(), 1);
+  EXPECT_EQ(live_.FailureReason(3),
+            "rank 3 did not report step 5 for 10s (--rank_timeout) after the "
+            "rest of its world did");
+  EXPECT_THAT(live_.Check(clock_.Now() + kTimeout), IsEmpty());
+}
+
+TEST_F(RankLivenessHungTest, ASlowRankThatReportsInTimeIsNotFailed) {
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  live_.OnReported(3, 5, clock_.Now());
+  clock_.Advance(100 * kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  EXPECT_EQ(live_.failures(), 0);
+}
+
+TEST_F(RankLivenessHungTest, TheClockRestartsWhenAnotherMissingRankReports) {
+  // Step 6: ranks 0 and 1 at once, rank 2 eight seconds later, rank 3
+  // never. Its clock for step 6 starts with rank 2's report.
+  live_.OnReported(3, 5, clock_.Now());
+  for (int r : {0, 1}) live_.OnReported(r, 6, clock_.Now());
+  live_.OnStepAwaiting(6, {2, 3}, clock_.Now());
+  clock_.Advance(absl::Seconds(8));
+  live_.OnReported(2, 6, clock_.Now());
+  live_.OnStepAwaiting(6, {3}, clock_.Now());
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+  EXPECT_THAT(live_.FailureReason(3), ::testing::HasSubstr("step 6"));
+}
+
+TEST_F(RankLivenessHungTest, SeveralHungRanksFailTogether) {
+  live_.OnStepAwaiting(5, {1, 3}, clock_.Now());
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(1, 3));
+}
+
+TEST_F(RankLivenessHungTest, ARegistrationGivesItAWholeTimeoutAgain) {
+  clock_.Advance(kTimeout / 2);
+  EXPECT_FALSE(live_.OnRegistered(3, clock_.Now()));
+  live_.OnStreamOpened(3, clock_.Now());
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+  // Failed and back: it owes step 5 still, with a fresh clock.
+  EXPECT_TRUE(live_.OnRegistered(3, clock_.Now()));
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  live_.OnReported(3, 5, clock_.Now());
+  clock_.Advance(10 * kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  EXPECT_EQ(live_.failures(), 1);
+}
+
+TEST_F(RankLivenessHungTest, ForgottenStepsAreNotOwed) {
+  live_.ForgetAwaited();
+  clock_.Advance(10 * kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+}
+
+TEST_F(RankLivenessTest, AGoneRankSaysSo) {
+  live_.OnStreamClosed(1, clock_.Now());
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(1));
+  EXPECT_EQ(live_.FailureReason(1),
+            "rank 1 had no plan stream and was silent for 10s "
+            "(--rank_timeout)");
+  EXPECT_EQ(live_.FailureReason(0), "");
+}
+
 TEST(RankLivenessNoTimeoutTest, ZeroDisablesDetection) {
   FakeClock clock;
   RankLiveness live({2, absl::ZeroDuration()});
   EXPECT_FALSE(live.enabled());
   live.OnRegistered(0, clock.Now());
+  live.OnStreamOpened(1, clock.Now());
+  live.OnStepAwaiting(0, {1}, clock.Now());
   clock.Advance(absl::Hours(1));
   EXPECT_THAT(live.Check(clock.Now()), IsEmpty());
 }

@@ -129,6 +129,7 @@ std::shared_ptr<std::function<void()>> StepWindow::CloseRankStream(
   const int64_t id = ranks_[rank].stream;
   if (id == 0) return nullptr;
   ranks_[rank].stream = 0;
+  liveness_.OnStreamClosed(rank, clock_->Now());
   auto it = streams_.find(id);
   if (it == streams_.end()) return nullptr;
   if (!it->second.closed.has_value()) it->second.closed = why;
@@ -348,7 +349,19 @@ void StepWindow::Accept(StepRecord& record, int rank, int64_t step,
   state.last_reported_step = std::max(state.last_reported_step, step);
   ++state.reported_steps;
   state.last_seen = clock_->Now();
-  liveness_.OnSeen(rank, state.last_seen);
+  liveness_.OnReported(rank, step, state.last_seen);
+  if (record.reports < record.member_count) {
+    // The ranks still missing now owe the step to the rest of its world.
+    liveness_.OnStepAwaiting(step, MissingRanks(record), state.last_seen);
+  }
+}
+
+std::vector<int> StepWindow::MissingRanks(const StepRecord& record) const {
+  std::vector<int> missing;
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (record.members[r] && !record.reported[r]) missing.push_back(r);
+  }
+  return missing;
 }
 
 void StepWindow::AdvanceCompleted() {
@@ -560,6 +573,7 @@ void StepWindow::ShrinkLocked(
     abandoned_ranges_.emplace_back(completed_steps_, planned_steps_);
   }
   abandoned_steps_ += planned_steps_ - completed_steps_;
+  liveness_.ForgetAwaited();  // Nothing abandoned is owed any more.
   window_.clear();
   completed_steps_ = planned_steps_;
 }
@@ -578,6 +592,15 @@ std::optional<RankFailureEvent> StepWindow::CheckLiveness(
     event.failed = liveness_.Check(clock_->Now());
     if (event.failed.empty()) return std::nullopt;
     event.policy = std::string(RankFailurePolicyName(options_.on_rank_failure));
+    for (int rank : event.failed) {
+      event.reasons.push_back(liveness_.FailureReason(rank));
+      // A hung rank's stream is ended, so that when it wakes up it
+      // registers again and is admitted like any returning rank.
+      wakes.push_back(CloseRankStream(
+          rank, absl::UnavailableError(absl::StrCat(
+                    event.reasons.back(), ": declared failed under ",
+                    event.policy, "; register again to rejoin"))));
+    }
     if (options_.on_rank_failure == RankFailurePolicy::kShrink) {
       ShrinkLocked(event, persist);
       wakes = AllWakes();

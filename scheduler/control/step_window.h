@@ -66,8 +66,9 @@ struct StepWindowOptions {
   /// Time of registrations and of a rank's last message. Not owned;
   /// required.
   Clock* clock = nullptr;
-  /// A rank whose stream is gone and that was not heard from for this long
-  /// is declared failed (`RankLiveness`); zero: never.
+  /// A rank whose stream is gone and that was not heard from for this long,
+  /// or that did not report a step this long after the rest of the step's
+  /// world did, is declared failed (`RankLiveness`); zero: never.
   absl::Duration rank_timeout = absl::ZeroDuration();
   /// What a failure does (see `CheckLiveness`).
   RankFailurePolicy on_rank_failure = RankFailurePolicy::kHold;
@@ -191,8 +192,11 @@ class StepWindow {
       std::optional<RankFailureEvent>* returned = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  /// Declares failed the ranks whose stream is gone and that were silent
-  /// for `rank_timeout` (by the clock, now) and acts on the policy:
+  /// Declares failed (by the clock, now) the ranks whose stream is gone and
+  /// that were silent for `rank_timeout`, and those that did not report a
+  /// step for `rank_timeout` after the rest of its world did (hung: see
+  /// `RankLiveness`); ends their plan streams with UNAVAILABLE (a rank
+  /// that wakes up registers again and returns) and acts on the policy:
   ///   - hold: nothing new is planned while a rank is failed (the steps
   ///     planned are still served); a failed rank's registration ends it.
   ///   - shrink: a new epoch for the ranks not failed; the steps not
@@ -404,6 +408,9 @@ class StepWindow {
   /// Takes `record`'s rank `rank` report, accepted as `accepted`.
   void Accept(StepRecord& record, int rank, int64_t step,
               const AcceptedTimings& accepted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// The members of `record`'s world that did not report it, ascending.
+  std::vector<int> MissingRanks(const StepRecord& record) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Drops completed steps from the front of the window.
   void AdvanceCompleted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
@@ -129,9 +130,143 @@ class StepWindowFailureTest : public ::testing::Test {
     clock_.Advance(kTimeout);
   }
 
+  /// What rank `rank`'s first stream does next.
+  StreamNext NextOf(StepWindow& window, int rank) {
+    return window.NextForStream(
+        streams_[rank], [](int) { return false; }, nullptr);
+  }
+
+  /// Every rank of `ranks` reports `plan`.
+  void ReportAll(StepWindow& window, const v1::StepPlan& plan,
+                 const std::vector<int>& ranks) {
+    for (int r : ranks) {
+      ASSERT_TRUE(window.RecordTimings(ReportOf(plan, r)).ok()) << r;
+    }
+  }
+
   FakeClock clock_;
   std::vector<int64_t> streams_;
 };
+
+/// Its stream, told to end, ends with UNAVAILABLE (the agent registers
+/// again) saying why.
+void ExpectEndedAsFailed(const StreamNext& next, int64_t step) {
+  EXPECT_EQ(next.kind, StreamNext::Kind::kEnd);
+  EXPECT_TRUE(absl::IsUnavailable(next.end_status)) << next.end_status;
+  EXPECT_THAT(next.end_status.message(),
+              HasSubstr(absl::StrCat("did not report step ", step)));
+  EXPECT_THAT(next.end_status.message(), HasSubstr("register again"));
+}
+
+TEST_F(StepWindowFailureTest, ASlowRankOrALongStepIsNoFailure) {
+  std::unique_ptr<StepWindow> window = Make(RankFailurePolicy::kHold);
+  std::vector<v1::StepPlan> plans = PlanAll(*window);
+  ReportAll(*window, plans[0], {0, 1, 2});
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_FALSE(window->CheckLiveness().has_value());
+  ReportAll(*window, plans[0], {3});  // Slow, but in time.
+  // Step 1 takes long for everyone: no rank is behind the others.
+  clock_.Advance(10 * kTimeout);
+  EXPECT_FALSE(window->CheckLiveness().has_value());
+  EXPECT_EQ(NextOf(*window, 3).kind, StreamNext::Kind::kSend);
+}
+
+TEST_F(StepWindowFailureTest, HoldFailsAHungRankAndEndsItsStream) {
+  std::unique_ptr<StepWindow> window = Make(RankFailurePolicy::kHold);
+  std::vector<v1::StepPlan> plans = PlanAll(*window);
+  ReportAll(*window, plans[0], {0, 1, 2});
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_FALSE(window->CheckLiveness().has_value());
+  clock_.Advance(absl::Milliseconds(1));
+  std::optional<RankFailureEvent> failed = window->CheckLiveness();
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_THAT(failed->failed, ElementsAre(3));
+  ASSERT_EQ(failed->reasons.size(), 1u);
+  EXPECT_THAT(failed->reasons[0], HasSubstr("did not report step 0"));
+  EXPECT_TRUE(failed->holding);
+  EXPECT_EQ(failed->live_ranks, 3);
+  ExpectEndedAsFailed(NextOf(*window, 3), 0);
+  window->CloseStream(streams_[3]);
+  v1::StatusResponse status;
+  window->FillStatus(&status);
+  EXPECT_TRUE(status.holding());
+  EXPECT_TRUE(status.ranks(3).failed());
+  EXPECT_FALSE(status.ranks(3).connected());
+  EXPECT_EQ(status.rank_failures(), 1);
+
+  // Its stale report, sent as it wakes up, is taken as for any failed rank
+  // under hold: the step completes, the hold goes on until it registers.
+  ASSERT_TRUE(window->RecordTimings(ReportOf(plans[0], 3)).ok());
+  EXPECT_FALSE(window->NextStepToPlan().has_value());
+  std::optional<RankFailureEvent> back;
+  absl::StatusOr<v1::RegisterResponse> hello =
+      window->Register(Hello(3), &back);
+  ASSERT_TRUE(hello.ok());
+  EXPECT_EQ(hello->next_step(), 1);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->returned, 3);
+  EXPECT_FALSE(back->holding);
+  EXPECT_TRUE(window->NextStepToPlan().has_value());
+}
+
+TEST_F(StepWindowFailureTest, ShrinkLeavesAHungRankOutOfANewEpoch) {
+  std::unique_ptr<StepWindow> window = Make(RankFailurePolicy::kShrink);
+  std::vector<v1::StepPlan> plans = PlanAll(*window);  // Steps 0..2.
+  ReportAll(*window, plans[0], {0, 1, 3});
+  clock_.Advance(kTimeout);
+  std::optional<RankFailureEvent> e = window->CheckLiveness();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_THAT(e->failed, ElementsAre(2));
+  EXPECT_EQ(e->epoch, 1);
+  EXPECT_THAT(e->members, ElementsAre(0, 1, 3));
+  EXPECT_EQ(e->abandoned_from, 0);
+  EXPECT_EQ(e->abandoned_to, 3);
+  ExpectEndedAsFailed(NextOf(*window, 2), 0);
+  window->CloseStream(streams_[2]);
+
+  // Its stale report is of an abandoned step: taken and dropped.
+  absl::StatusOr<RecordedTimings> late =
+      window->RecordTimings(ReportOf(plans[0], 2));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->discarded);
+  std::vector<v1::StepPlan> shrunk = PlanAll(*window);  // Steps 3..5.
+  ASSERT_EQ(shrunk.size(), 3u);
+  EXPECT_EQ(Sorted(shrunk[0]), Sorted(plans[0]));
+  // The abandoned steps are owed by no one: the others go on.
+  ReportAll(*window, shrunk[0], {0, 1});
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_FALSE(window->CheckLiveness().has_value());
+
+  // Back, it joins the next epoch at the next step planned.
+  std::optional<RankFailureEvent> back;
+  absl::StatusOr<v1::RegisterResponse> hello =
+      window->Register(Hello(2), &back);
+  ASSERT_TRUE(hello.ok());
+  EXPECT_EQ(hello->next_step(), 6);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_THAT(back->members, ElementsAre(0, 1, 2, 3));
+}
+
+TEST_F(StepWindowFailureTest, AShrinkForAHungRankIsDurableFirst) {
+  std::unique_ptr<StepWindow> window = Make(RankFailurePolicy::kShrink);
+  std::vector<v1::StepPlan> plans = PlanAll(*window);
+  ReportAll(*window, plans[0], {0, 2, 3});
+  clock_.Advance(kTimeout);
+  std::vector<EpochChange> kept;
+  std::optional<RankFailureEvent> e =
+      window->CheckLiveness([&](const EpochChange& change) {
+        kept.push_back(change);
+        return absl::DataLossError("disk full");
+      });
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_THAT(kept[0].members, ElementsAre(0, 2, 3));
+  // Not kept: the world stays as it was and the window drains.
+  v1::StatusResponse status;
+  window->FillStatus(&status);
+  EXPECT_EQ(status.epoch(), 0);
+  EXPECT_THAT(status.planner_error(), HasSubstr("disk full"));
+}
 
 TEST_F(StepWindowFailureTest, HoldPlansNothingUntilTheRankReturns) {
   std::unique_ptr<StepWindow> window = Make(RankFailurePolicy::kHold);

@@ -119,7 +119,9 @@ ABSL_FLAG(std::string, state_dir, "",
           "again as planned). Empty: nothing survives a restart.");
 ABSL_FLAG(absl::Duration, rank_timeout, absl::Seconds(60),
           "A rank whose plan stream is gone and that has not been heard from "
-          "for this long is declared failed (0 disables detection).");
+          "for this long, or that has not reported a step this long after "
+          "every other rank of its world did, is declared failed (0 "
+          "disables detection).");
 ABSL_FLAG(std::string, on_rank_failure, "hold",
           "What a failed rank does to the job. hold: plan no new step until "
           "it registers again; shrink: a new epoch for the remaining ranks, "
@@ -208,21 +210,22 @@ void LogRankEvent(const RankFailureEvent& e) {
     return;
   }
   const std::string failed = absl::StrJoin(e.failed, ",");
+  const std::string why = absl::StrJoin(e.reasons, "; ");
   if (e.policy == "hold") {
     std::fprintf(stderr,
-                 "%s rank failure: ranks [%s] failed (no plan stream, silent "
-                 "for --rank_timeout); holding: no new step is planned until "
-                 "they register again; %d ranks live\n",
-                 Now().c_str(), failed.c_str(), e.live_ranks);
+                 "%s rank failure: ranks [%s] failed (%s); holding: no new "
+                 "step is planned until they register again; %d ranks live\n",
+                 Now().c_str(), failed.c_str(), why.c_str(), e.live_ranks);
     return;
   }
   std::fprintf(
       stderr,
-      "%s rank failure: ranks [%s] failed (no plan stream, silent for "
-      "--rank_timeout); shrink: epoch %lld on ranks [%s]; steps [%lld, %lld) "
-      "abandoned, their %lld samples planned again from step %lld on\n",
-      Now().c_str(), failed.c_str(), static_cast<long long>(e.epoch),
-      members.c_str(), static_cast<long long>(e.abandoned_from),
+      "%s rank failure: ranks [%s] failed (%s); shrink: epoch %lld on ranks "
+      "[%s]; steps [%lld, %lld) abandoned, their %lld samples planned again "
+      "from step %lld on\n",
+      Now().c_str(), failed.c_str(), why.c_str(),
+      static_cast<long long>(e.epoch), members.c_str(),
+      static_cast<long long>(e.abandoned_from),
       static_cast<long long>(e.abandoned_to),
       static_cast<long long>(e.reserved_samples),
       static_cast<long long>(e.abandoned_to));
