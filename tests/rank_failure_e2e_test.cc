@@ -11,6 +11,9 @@
 //     world; the job ends on the three.
 //   - an agent killed and started again before the timeout: no failure is
 //     declared and it rejoins at a step boundary.
+//   - hung (SIGSTOPped, its stream open) under hold: declared failed once
+//     the others reported a step it did not, for the timeout; its stream is
+//     ended, and woken (SIGCONT) it registers again and the job ends.
 //
 // What "trained exactly once" means: a step is trained when every rank of
 // its world reported it (what a real job's gradient sync needs). A rank
@@ -31,7 +34,6 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,7 @@
 #include "scheduler/planner/plan.h"
 #include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
+#include "tests/execution_log.h"
 #include "tests/job_inputs.h"
 
 namespace dcp {
@@ -56,6 +59,7 @@ using testing_process::Binary;
 using testing_process::Child;
 using testing_process::ChildReaper;
 using testing_process::CtlStatus;
+using testing_process::AbandonedRange;
 using testing_process::JsonNumber;
 using testing_process::LcgTrace;
 using testing_process::ParseTrace;
@@ -80,15 +84,7 @@ constexpr int64_t kKillAfter = 3;
 /// How long any one thing the test waits for may take.
 constexpr absl::Duration kPatience = absl::Seconds(60);
 
-/// One line of an agent's log.
-struct Line {
-  std::string kind;
-  int64_t epoch = 0;
-  int64_t step = 0;
-  int task_index = 0;
-  std::vector<int> group;
-  std::vector<int64_t> samples;
-};
+using Line = testing_process::ExecutionLine;
 
 class RankFailureTest : public ::testing::Test {
  protected:
@@ -141,32 +137,12 @@ class RankFailureTest : public ::testing::Test {
   }
 
   static std::vector<Line> Logged(int rank) {
-    std::vector<Line> out;
-    std::istringstream lines(ReadFile(LogPath(rank)));
-    for (std::string text; std::getline(lines, text);) {
-      const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.contains("kind")) continue;
-      Line line;
-      line.kind = j["kind"].get<std::string>();
-      line.epoch = j["epoch"].get<int64_t>();
-      line.step = j["step"].get<int64_t>();
-      if (line.kind == "task") {
-        line.task_index = j["task_index"].get<int>();
-        line.group = j["group"].get<std::vector<int>>();
-        line.samples = j["samples"].get<std::vector<int64_t>>();
-      }
-      out.push_back(std::move(line));
-    }
-    return out;
+    return testing_process::ReadExecutionLog(LogPath(rank));
   }
 
   /// The steps rank `rank` logged, in order (repeats kept).
   static std::vector<int64_t> LoggedSteps(int rank) {
-    std::vector<int64_t> steps;
-    for (const Line& l : Logged(rank)) {
-      if (l.kind == "step") steps.push_back(l.step);
-    }
-    return steps;
+    return testing_process::LoggedSteps(LogPath(rank));
   }
 
   /// Whether rank `rank` has run step `step` or a later one (so it has
@@ -376,20 +352,6 @@ TEST_F(RankFailureTest, HoldWaitsForTheRankAndLosesNothing) {
   ExpectExactlyOnceWithoutShrink();
 }
 
-/// "... steps [A, B) abandoned ..." of the scheduler's shrink line.
-std::pair<int64_t, int64_t> AbandonedRange(const std::string& line) {
-  const size_t at = line.find("steps [");
-  std::pair<int64_t, int64_t> range{-1, -1};
-  if (at == std::string::npos) return range;
-  const std::string rest = line.substr(at + 7, line.find(')', at) - at - 7);
-  std::vector<std::string> bounds = absl::StrSplit(rest, ", ");
-  if (bounds.size() != 2 || !absl::SimpleAtoi(bounds[0], &range.first) ||
-      !absl::SimpleAtoi(bounds[1], &range.second)) {
-    ADD_FAILURE() << "cannot read the abandoned steps of: " << line;
-  }
-  return range;
-}
-
 /// After a shrink that abandoned steps [from, to) and a finished job: the
 /// scheduler's status says so, and every sample of every job step was
 /// trained exactly once, the abandoned ones by the steps re-serving them.
@@ -509,6 +471,40 @@ TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
   std::vector<Child> last = {scheduler_.back()};
   StopScheduler(address_, last);
   scheduler_.back() = last.front();
+}
+
+TEST_F(RankFailureTest, AHungAgentIsFailedUnderHoldAndRejoinsWhenItWakes) {
+  StartJob({"--rank_timeout=2s", "--on_rank_failure=hold"});
+  ASSERT_TRUE(AwaitOutput([] { return Ran(kVictim, kKillAfter); }))
+      << reaper_.Describe(4000);
+  // Stopped, not dead: its connection and plan stream stay open.
+  ASSERT_EQ(kill(agents_[kVictim].pid, SIGSTOP), 0);
+  const std::string failed = AwaitSchedulerLine(
+      absl::StrCat("rank failure: ranks [", kVictim, "] failed"));
+  const nlohmann::json held = CtlStatus("ctl-hung", address_);
+  ASSERT_EQ(kill(agents_[kVictim].pid, SIGCONT), 0);
+  ASSERT_FALSE(failed.empty()) << reaper_.Describe(4000);
+  std::fprintf(stderr, "%s\n", failed.c_str());
+  EXPECT_TRUE(absl::StrContains(
+      failed, absl::StrCat("rank ", kVictim, " did not report step ")))
+      << failed;
+  EXPECT_TRUE(absl::StrContains(failed, "holding")) << failed;
+  EXPECT_TRUE(held.value("holding", false));
+  EXPECT_EQ(JsonNumber(held["rank_failures"]), 1);
+  EXPECT_TRUE(held["ranks"][kVictim].value("failed", false));
+  EXPECT_FALSE(held["ranks"][kVictim].value("connected", true));
+
+  // Woken up, it finds its stream ended, registers again and is admitted
+  // at its first unreported step; the job runs to its end.
+  EXPECT_FALSE(
+      AwaitSchedulerLine(absl::StrCat("rank ", kVictim, " returned")).empty())
+      << reaper_.Describe(4000);
+  ExpectAgentsFinish();
+  const nlohmann::json done = CtlStatus("ctl-done", address_);
+  EXPECT_EQ(JsonNumber(done["completed_steps"]), kSteps);
+  EXPECT_EQ(JsonNumber(done["rank_failures"]), 1);
+  EXPECT_EQ(JsonNumber(done["live_ranks"]), kWorld);
+  ExpectExactlyOnceWithoutShrink();
 }
 
 TEST_F(RankFailureTest, AnAgentBackBeforeTheTimeoutRejoinsAtAStepBoundary) {
