@@ -147,6 +147,11 @@ ABSL_FLAG(std::string, gloo_hostname, "127.0.0.1",
           "Address the Gloo communicators listen on.");
 ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
           "Bound on forming a communicator group and on each collective.");
+ABSL_FLAG(absl::Duration, world_timeout, absl::ZeroDuration(),
+          "Execute mode: bound on forming the data-parallel group and on its "
+          "all-reduces (0 = 3 x --rendezvous_timeout). After a shrink the "
+          "survivors reach the new world's group each when its own wait on "
+          "the dead peer ends; raise it when they drift further apart.");
 ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the scheduler at start-up.");
@@ -239,6 +244,7 @@ absl::StatusOr<ModelExecutorOptions> ExecutorOptions(const Agent& agent) {
   options.seed = absl::GetFlag(FLAGS_train_seed);
   options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.group_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  options.world_timeout = absl::GetFlag(FLAGS_world_timeout);
   options.hostname = absl::GetFlag(FLAGS_gloo_hostname);
   options.torch_threads = absl::GetFlag(FLAGS_torch_threads);
   ASSIGN_OR_RETURN(options.clock, TaskClock());

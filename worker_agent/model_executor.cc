@@ -121,9 +121,9 @@ absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
   group_options.rank = options.rank;
   group_options.hostname = options.hostname;
   group_options.timeout = options.group_timeout;
-  // After a peer failed, the others reach the new world's data-parallel
-  // group when their own waits on it end: up to two timeouts apart.
-  group_options.dp_timeout = 3 * options.group_timeout;
+  group_options.dp_timeout = options.world_timeout > absl::ZeroDuration()
+                                 ? options.world_timeout
+                                 : 3 * options.group_timeout;
   group_options.on_formed = options.on_group_formed;
   ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroups> groups,
                    ProcessGroups::Create(store, group_options));

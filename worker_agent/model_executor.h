@@ -43,11 +43,14 @@ struct ModelExecutorOptions {
   /// job must use the same.
   uint64_t seed = 0;
   double learning_rate = 1e-3;
-  /// Bound on forming a process group and on each of its collectives; the
-  /// data-parallel group waits three times as long for its members (after
-  /// a peer failed, the others reach the new world's group when their own
-  /// waits on the dead peer end).
+  /// Bound on forming a process group and on each of its collectives.
   absl::Duration group_timeout = absl::Seconds(120);
+  /// Bound on forming the data-parallel group and on each of its
+  /// collectives; zero: three times `group_timeout`. Longer than
+  /// `group_timeout` because after a peer failed the survivors reach the new
+  /// world's group each when its own waits on the dead peer end, which under
+  /// load has taken more than two `group_timeout`s.
+  absl::Duration world_timeout = absl::ZeroDuration();
   /// Told how long each process group took to form
   /// (`ProcessGroups::Options::on_formed`). May be empty.
   std::function<void(absl::Duration)> on_group_formed;
