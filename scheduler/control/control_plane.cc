@@ -190,6 +190,34 @@ absl::Status PrepareResume(const DurableState& durable,
   return absl::OkStatus();
 }
 
+// What `on_step_planned` is told of `proto`, planned for `next` in
+// `planning_time`; the busy seconds of the step's members only (ranks a
+// shrink left out are not idle in it).
+PlannedStepEvent PlannedEventOf(const v1::StepPlan& proto,
+                                const StepToPlan& next,
+                                absl::Duration planning_time,
+                                const CostModel& model, int world_size) {
+  PlannedStepEvent event;
+  event.epoch = next.epoch;
+  event.step = next.step;
+  event.samples = proto.samples_size();
+  event.tokens = proto.total_tokens();
+  event.tasks = proto.tasks_size();
+  event.groups = proto.groups_size();
+  event.predicted_seconds = proto.predicted_makespan_s();
+  event.planning_time = planning_time;
+  for (const v1::Task& task : proto.tasks()) {
+    event.task_group_sizes.push_back(task.ranks_size());
+    event.task_recompute.push_back(task.recompute());
+  }
+  const std::vector<double> busy =
+      PredictedRankBusySeconds(proto, model, world_size);
+  for (int r : next.members) {
+    event.predicted_rank_busy_seconds.push_back(busy[r]);
+  }
+  return event;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(
@@ -468,25 +496,8 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
     window_.FailPlanning(kept);
     return kept;
   }
-  PlannedStepEvent event;
-  event.epoch = next->epoch;
-  event.step = next->step;
-  event.samples = proto.samples_size();
-  event.tokens = proto.total_tokens();
-  event.tasks = proto.tasks_size();
-  event.groups = proto.groups_size();
-  event.predicted_seconds = proto.predicted_makespan_s();
-  event.planning_time = planning_time;
-  for (const v1::Task& task : proto.tasks()) {
-    event.task_group_sizes.push_back(task.ranks_size());
-    event.task_recompute.push_back(task.recompute());
-  }
-  // The step's members only: ranks a shrink left out are not idle in it.
-  const std::vector<double> busy = PredictedRankBusySeconds(
-      proto, planner_->cost_model(), options_.world_size);
-  for (int r : next->members) {
-    event.predicted_rank_busy_seconds.push_back(busy[r]);
-  }
+  PlannedStepEvent event = PlannedEventOf(
+      proto, *next, planning_time, planner_->cost_model(), options_.world_size);
   // A drain or shutdown while planning discards the step.
   if (!window_.AddPlannedStep(std::move(proto), *next)) {
     return std::nullopt;
