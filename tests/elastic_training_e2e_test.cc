@@ -181,18 +181,8 @@ class ElasticTrainingTest : public ::testing::Test {
   }
 
   std::string AwaitSchedulerLine(const std::string& text) {
-    std::string found;
-    AwaitOutput([&] {
-      for (absl::string_view line :
-           absl::StrSplit(ReadFile(scheduler_[0].err_path), '\n')) {
-        if (absl::StrContains(line, text)) {
-          found = std::string(line);
-          return true;
-        }
-      }
-      return false;
-    });
-    return found;
+    return testing_process::AwaitLineContaining(
+        scheduler_[0].err_path, text, TmpPath(""), absl::Now() + kPatience);
   }
 
   /// The builder's samples of the job's steps, in order.

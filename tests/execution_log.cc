@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -28,6 +29,15 @@ ExecutionLine ParseLine(const nlohmann::json& j) {
     line.start_weights = j.value("start_weights", "");
   }
   return line;
+}
+
+// The first line of the file at `path` that contains `text`; "" if none.
+std::string FirstLineContaining(const std::string& path,
+                                const std::string& text) {
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
+    if (absl::StrContains(line, text)) return std::string(line);
+  }
+  return "";
 }
 
 }  // namespace
@@ -63,6 +73,17 @@ std::pair<int64_t, int64_t> AbandonedRange(const std::string& line) {
     return {-1, -1};
   }
   return range;
+}
+
+std::string AwaitLineContaining(const std::string& path,
+                                const std::string& text,
+                                const std::string& dir, absl::Time deadline) {
+  FileActivity activity({dir});
+  for (;;) {
+    std::string found = FirstLineContaining(path, text);
+    if (!found.empty()) return found;
+    if (!activity.Await(deadline)) return FirstLineContaining(path, text);
+  }
 }
 
 }  // namespace dcp::testing_process

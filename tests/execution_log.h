@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace dcp::testing_process {
 
 /// One line of an execute- or simulate-mode agent's `--log_file`
@@ -40,6 +42,13 @@ std::vector<int64_t> LoggedSteps(const std::string& path);
 /// {-1, -1} (and a test failure when the line names steps but they do not
 /// parse) otherwise.
 std::pair<int64_t, int64_t> AbandonedRange(const std::string& line);
+
+/// The first line of the file at `path` (a child's log) that contains
+/// `text`, waiting on the files of `dir` (FileActivity, no sleep) until
+/// `deadline`; "" if none came.
+std::string AwaitLineContaining(const std::string& path,
+                                const std::string& text,
+                                const std::string& dir, absl::Time deadline);
 
 }  // namespace dcp::testing_process
 

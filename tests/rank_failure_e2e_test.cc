@@ -169,18 +169,8 @@ class RankFailureTest : public ::testing::Test {
   /// The first line of the scheduler's log that contains `text`; "" if none
   /// came in time.
   std::string AwaitSchedulerLine(const std::string& text) {
-    std::string found;
-    AwaitOutput([&] {
-      for (absl::string_view line :
-           absl::StrSplit(ReadFile(scheduler_[0].err_path), '\n')) {
-        if (absl::StrContains(line, text)) {
-          found = std::string(line);
-          return true;
-        }
-      }
-      return false;
-    });
-    return found;
+    return testing_process::AwaitLineContaining(
+        scheduler_[0].err_path, text, TmpPath(""), absl::Now() + kPatience);
   }
 
   void KillAgent(int rank) { Kill(agents_[rank]); }
