@@ -359,6 +359,8 @@ class StepWindow {
     std::shared_ptr<std::function<void()>> wake;
   };
   using WakeList = std::vector<std::shared_ptr<std::function<void()>>>;
+  /// Calls each non-empty wake (outside `mu_`).
+  static void CallAll(const WakeList& wakes);
 
   /// The stored form of a plan: prefixes filled and per-rank views cut.
   StepRecord MakeRecord(v1::StepPlan plan, int64_t epoch,
