@@ -1,5 +1,6 @@
 #include "client_lib/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -22,6 +23,11 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 }
 
 }  // namespace
+
+bool IsPeerLoss(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsInternal(status) || absl::IsCancelled(status);
+}
 
 struct Client::Sidecar {
   std::shared_ptr<grpc::Channel> channel;
@@ -82,25 +88,55 @@ std::string Client::session_id() const {
   return agent_ != nullptr ? agent_->registration().session_id() : "";
 }
 
-absl::StatusOr<NextStepResult> Client::Fetch() {
-  if (agent_ != nullptr) {
-    return agent_->NextStep(last_step_, options_.step_timeout);
-  }
-  v1::NextStepRequest request;
-  request.set_after_step(last_step_);
-  v1::NextStepResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(Deadline(options_.step_timeout));
-  RETURN_IF_ERROR(
-      FromGrpcStatus(sidecar_->stub->NextStep(&context, request, &response)));
+absl::StatusOr<NextStepResult> Client::Fetch(absl::Duration timeout) {
   NextStepResult result;
-  result.drained = response.drained();
-  result.step = std::move(*response.mutable_step());
+  if (agent_ != nullptr) {
+    ASSIGN_OR_RETURN(result, agent_->NextStep(last_step_, timeout));
+  } else {
+    v1::NextStepRequest request;
+    request.set_after_step(last_step_);
+    v1::NextStepResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(timeout));
+    RETURN_IF_ERROR(FromGrpcStatus(
+        sidecar_->stub->NextStep(&context, request, &response)));
+    result.drained = response.drained();
+    result.step = std::move(*response.mutable_step());
+  }
+  if (!result.drained) {
+    fetched_epoch_ = std::max(fetched_epoch_, result.step.epoch());
+  }
   return result;
 }
 
 absl::StatusOr<Step> Client::NextStep() {
-  ASSIGN_OR_RETURN(NextStepResult next, Fetch());
+  ASSIGN_OR_RETURN(NextStepResult next, Fetch(options_.step_timeout));
+  return Resolve(std::move(next));
+}
+
+absl::StatusOr<Step> Client::NextEpoch() {
+  const int64_t failed_epoch = fetched_epoch_;
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  while (true) {
+    absl::StatusOr<NextStepResult> next =
+        Fetch(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!next.ok()) {
+      return absl::Status(
+          next.status().code(),
+          absl::StrCat("no step of an epoch after ", failed_epoch,
+                       " came (was the world shrunk? the scheduler holds a "
+                       "job with --on_rank_failure=hold): ",
+                       next.status().message()));
+    }
+    if (next->drained || next->step.epoch() > failed_epoch) {
+      return Resolve(*std::move(next));
+    }
+    // A step of the failed epoch: its world is broken, never run.
+    last_step_ = next->step.step();
+  }
+}
+
+absl::StatusOr<Step> Client::Resolve(NextStepResult next) {
   Step step;
   if (next.drained) {
     step.drained = true;
@@ -111,6 +147,8 @@ absl::StatusOr<Step> Client::NextStep() {
   step.step = plan.step();
   step.epoch = plan.epoch();
   step.total_tokens = plan.total_tokens();
+  step.world_ranks.assign(plan.world_ranks().begin(), plan.world_ranks().end());
+  if (plan.has_abandoned_from()) step.abandoned_from = plan.abandoned_from();
   step.tasks.reserve(plan.tasks_size());
   for (int m = 0; m < plan.tasks_size(); ++m) {
     const v1::Task& t = plan.tasks(m);

@@ -98,11 +98,27 @@ struct Step {
   std::vector<StepTask> tasks;
   /// True when the job is drained: there is no step, stop training.
   bool drained = false;
+  /// The epoch's world: the ranks whose gradients the step's sync sums
+  /// (`RankStep.world_ranks`, ascending). Empty when the plan does not say:
+  /// every rank of the job. After a shrink, the ranks not failed.
+  std::vector<int> world_ranks;
+  /// Set in the steps of an epoch a shrink began that abandoned steps
+  /// (`RankStep.abandoned_from`): the first abandoned step. A trainer that
+  /// applied a step numbered this or higher of an earlier epoch to its
+  /// weights goes back to its state before the first such step, then takes
+  /// the world's state (see `Client::NextEpoch`). -1 when not set.
+  int64_t abandoned_from = -1;
   /// The step as the scheduler sent it for this rank (what `tasks` is made
   /// from): a RankTrainer's input through `RankPlanFromRankStep`
   /// (train/rank_plan.h).
   v1::RankStep plan;
 };
+
+/// Whether a step's error says a peer is gone (UNAVAILABLE,
+/// DEADLINE_EXCEEDED, INTERNAL or CANCELLED from a collective or a group's
+/// formation) rather than a plan the rank could not run: what a trainer
+/// answers with `Client::NextEpoch` instead of failing.
+bool IsPeerLoss(const absl::Status& status);
 
 /// The training loop's view of dcp: fetch each step's plan, run its tasks,
 /// report how long they took. C++ first; a Python binding wraps the same
@@ -115,15 +131,21 @@ struct Step {
 ///   options.agent.world_size = world;
 ///   ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
 ///                    Client::Connect(std::move(options)));
+///   bool lost = false;  // a peer failed: on to the next epoch
 ///   while (true) {
-///     ASSIGN_OR_RETURN(Step step, client->NextStep());
-///     if (step.drained) break;
-///     std::vector<double> seconds;
-///     for (const StepTask& task : step.tasks) {
-///       seconds.push_back(RunForwardBackward(task));  // uses task.group
-///     }
-///     const double sync = SyncGradients();  // seconds, if timed
-///     RETURN_IF_ERROR(client->ReportStep(step, seconds, sync));
+///     absl::StatusOr<Step> step =
+///         lost ? client->NextEpoch() : client->NextStep();
+///     if (!lost && IsPeerLoss(step.status())) { lost = true; continue; }
+///     RETURN_IF_ERROR(step.status());
+///     if (step->drained) break;
+///     lost = false;
+///     // At a new epoch: undo step->abandoned_from on, take the world's
+///     // state (see NextEpoch).
+///     absl::StatusOr<std::vector<double>> seconds =
+///         RunForwardBackward(*step);  // uses task.group, then syncs
+///     if (IsPeerLoss(seconds.status())) { lost = true; continue; }
+///     RETURN_IF_ERROR(seconds.status());
+///     RETURN_IF_ERROR(client->ReportStep(*step, *seconds, sync_seconds));
 ///   }
 ///
 /// Thread-compatible: one training loop calls it. The client owns its
@@ -147,6 +169,27 @@ class Client {
   /// Asking again after an error returns the same step.
   absl::StatusOr<Step> NextStep();
 
+  /// What a trainer calls instead of `NextStep` once a step of epoch E
+  /// (the epoch of the last step `NextStep` fetched) failed because a peer
+  /// is gone: its collectives failed, or `NextStep` could not form its
+  /// groups. Drops the steps of epoch E and earlier not returned yet (the
+  /// failed one among them when `NextStep` returned the error for it) and
+  /// returns the first step of a later epoch: when a rank fails, a
+  /// scheduler with `--on_rank_failure=shrink` plans the steps its world
+  /// did not complete again, for the ranks left, in a new epoch. The
+  /// dropped steps and the failed one are not to be reported.
+  ///
+  /// The trainer's part at the step returned (the "undo and re-sync"):
+  /// when it applied a step numbered `abandoned_from` or higher, it goes
+  /// back to its state before the first of them; then the members agree on
+  /// one state (in-process mode, over the new epoch's `DataParallelGroup`,
+  /// which spans `world_ranks`; `train::RankTrainer::Step` does both).
+  /// Drained when the job ended instead; DEADLINE_EXCEEDED when no step of
+  /// a later epoch came within `step_timeout` (the scheduler holds the job,
+  /// `--on_rank_failure=hold`, until the rank comes back); the error of
+  /// forming the new step's groups as for `NextStep`.
+  absl::StatusOr<Step> NextEpoch();
+
   /// Reports the measured seconds of each of `step`'s tasks, in the order of
   /// `step.tasks` (one entry each, positive), and of the gradient sync that
   /// closed the step (0: not measured; the scheduler then learns nothing
@@ -164,8 +207,10 @@ class Client {
   /// of a later one is returned), on the same library as the tasks' groups.
   /// Owned by the client. FAILED_PRECONDITION in sidecar mode (the agent's
   /// communicators live in its process) and in a world of one. The trainer
-  /// keeps its model state across epochs itself (a returning rank needs
-  /// the others' weights: not done for it here).
+  /// keeps its model state across epochs itself: at the first step of a
+  /// new epoch it undoes abandoned steps and takes the world's state over
+  /// this group (see `NextEpoch`; a returning rank needs the others'
+  /// weights the same way).
   absl::StatusOr<Communicator*> DataParallelGroup();
 
   /// This client's global rank.
@@ -186,14 +231,20 @@ class Client {
   struct Sidecar;
   explicit Client(ClientOptions options);
 
-  /// The agent's answer for the step after `last_step_`.
-  absl::StatusOr<NextStepResult> Fetch();
+  /// The agent's answer for the step after `last_step_`, waiting up to
+  /// `timeout`; notes its epoch in `fetched_epoch_`.
+  absl::StatusOr<NextStepResult> Fetch(absl::Duration timeout);
+  /// The `Step` of a fetched answer, its groups resolved (in-process).
+  absl::StatusOr<Step> Resolve(NextStepResult next);
 
   const ClientOptions options_;
   std::unique_ptr<Agent> agent_;
   std::unique_ptr<Sidecar> sidecar_;
   /// The step last returned by NextStep (-1 before the first).
   int64_t last_step_ = -1;
+  /// The epoch of the last step fetched, returned or not (-1 before the
+  /// first): the one `NextEpoch` leaves.
+  int64_t fetched_epoch_ = -1;
 };
 
 }  // namespace dcp

@@ -54,12 +54,16 @@ class FakeWorld::MemberImpl final : public WorldCommunicator {
     return child;
   }
 
-  void Abort() override { comm_->Abort(); }
+  void Abort() override {
+    if (!aborted_.exchange(true)) ++world_->aborted_;
+    comm_->Abort();
+  }
 
  private:
   const std::shared_ptr<FakeWorld> world_;
   const int rank_;
   const std::unique_ptr<FakeCommunicator> comm_;
+  std::atomic<bool> aborted_{false};
 };
 
 FakeWorld::FakeWorld(int size, absl::Duration timeout,
@@ -86,20 +90,39 @@ std::unique_ptr<WorldCommunicator> FakeWorld::Member(int rank) {
 
 absl::StatusOr<std::unique_ptr<WorldCommunicator>> FakeWorlds::Member(
     int64_t epoch, int rank) {
-  std::unique_ptr<WorldCommunicator> member = World(epoch)->Member(rank);
+  std::vector<int> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = r;
+  return Member(epoch, all, rank);
+}
+
+absl::StatusOr<std::unique_ptr<WorldCommunicator>> FakeWorlds::Member(
+    int64_t epoch, const std::vector<int>& members, int rank) {
+  const auto it = std::lower_bound(members.begin(), members.end(), rank);
+  const int index = static_cast<int>(it - members.begin());
+  std::shared_ptr<FakeWorld> world =
+      WorldOfSize(epoch, static_cast<int>(members.size()));
+  std::unique_ptr<WorldCommunicator> member;
+  if (it != members.end() && *it == rank &&
+      world->size() == static_cast<int>(members.size())) {
+    member = world->Member(index);
+  }
   if (member == nullptr) {
-    return absl::InternalError(absl::StrCat("rank ", rank, " of the world of ",
-                                            "epoch ", epoch,
-                                            " was taken already or is not in "
-                                            "it"));
+    return absl::InternalError(absl::StrCat(
+        "rank ", rank, " of the world of epoch ", epoch, " (", members.size(),
+        " members; the world has ", world->size(),
+        ") was taken already or is not in it"));
   }
   return member;
 }
 
 std::shared_ptr<FakeWorld> FakeWorlds::World(int64_t epoch) {
+  return WorldOfSize(epoch, size_);
+}
+
+std::shared_ptr<FakeWorld> FakeWorlds::WorldOfSize(int64_t epoch, int size) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<FakeWorld>& world = worlds_[epoch];
-  if (world == nullptr) world = FakeWorld::Make(size_, timeout_);
+  if (world == nullptr) world = FakeWorld::Make(size, timeout_);
   return world;
 }
 

@@ -44,6 +44,9 @@ class FakeWorld : public std::enable_shared_from_this<FakeWorld> {
   int splits() const { return splits_.load(); }
   /// Host all-reduces completed (likewise).
   int all_reduces() const { return all_reduces_.load(); }
+  /// Members whose `Abort` was called (each counted once), as opposed to
+  /// destroyed without it.
+  int aborted() const { return aborted_.load(); }
 
  private:
   class MemberImpl;
@@ -60,25 +63,36 @@ class FakeWorld : public std::enable_shared_from_this<FakeWorld> {
   std::vector<std::unique_ptr<Communicator>> out_;
   std::atomic<int> splits_{0};
   std::atomic<int> all_reduces_{0};
+  std::atomic<int> aborted_{0};
 };
 
 /// One `FakeWorld` per epoch for the ranks of one job run as threads: what
 /// tests plug in as the world factory of several `SplitGroupFormer`s (or
-/// agents, `AgentOptions::make_world`). Thread-safe.
+/// agents, `AgentOptions::make_world`). An epoch's world holds every rank
+/// of the job, or the members its first `Member` call names (a shrunk
+/// epoch's), numbered densely like NCCL's. Thread-safe.
 ///
-///   FakeWorlds worlds(2);
-///   // rank r's factory: [&](int64_t e) { return worlds.Member(e, r); }
+///   FakeWorlds worlds(4);
+///   // rank r's factory:
+///   //   [&](int64_t e, const std::vector<int>& members) {
+///   //     return worlds.Member(e, members, r); }
 class FakeWorlds {
  public:
   explicit FakeWorlds(int size, absl::Duration timeout = absl::Seconds(30))
       : size_(size), timeout_(timeout) {}
 
-  /// Rank `rank`'s member of the world of `epoch`; INTERNAL when it was
-  /// taken already or `rank` is outside the world.
+  /// Global rank `rank`'s member of the world of `epoch` over every rank
+  /// of the job; INTERNAL when it was taken already or `rank` is outside
+  /// the world.
   absl::StatusOr<std::unique_ptr<WorldCommunicator>> Member(int64_t epoch,
                                                             int rank);
+  /// The same over `members` (ascending global ranks): the member of world
+  /// rank i is `members[i]`. INTERNAL also when `rank` is not among them
+  /// or another member named a world of another size.
+  absl::StatusOr<std::unique_ptr<WorldCommunicator>> Member(
+      int64_t epoch, const std::vector<int>& members, int rank);
 
-  /// The world of `epoch` (made on first use).
+  /// The world of `epoch` (made on first use, of every rank of the job).
   std::shared_ptr<FakeWorld> World(int64_t epoch);
 
  private:
@@ -86,6 +100,9 @@ class FakeWorlds {
   const absl::Duration timeout_;
   absl::Mutex mu_;
   std::map<int64_t, std::shared_ptr<FakeWorld>> worlds_ ABSL_GUARDED_BY(mu_);
+
+  /// The world of `epoch`, made of `size` members on first use.
+  std::shared_ptr<FakeWorld> WorldOfSize(int64_t epoch, int size);
 };
 
 }  // namespace dcp

@@ -190,9 +190,9 @@ TEST_F(NcclCommunicatorGpuTest, AWorldOfOneSplitLikeTheAgentsRunsCollectives) {
   options.rank = 0;
   options.world_size = 1;
   options.take_timeout = absl::Seconds(60);
-  options.make_world = [&store](int64_t epoch)
+  options.make_world = [&store](int64_t epoch, const std::vector<int>& members)
       -> absl::StatusOr<std::unique_ptr<WorldCommunicator>> {
-    absl::StatusOr<CommKey> world = CommKey::Make({0}, epoch);
+    absl::StatusOr<CommKey> world = CommKey::Make(members, epoch);
     if (!world.ok()) return world.status();
     return NcclWorldCommunicator::Create(*world, 0,
                                          absl::StrCat("s/e", epoch, "/world/"),

@@ -29,14 +29,21 @@ TEST(NcclCommunicatorTest, WithoutCudaCreateIsUnimplemented) {
   EXPECT_EQ(world.code(), absl::StatusCode::kUnimplemented);
 }
 
-TEST(NcclCommunicatorTest, AWorldHoldsRanksZeroToNMinusOne) {
+// After a shrink the world is the epoch's members, not ranks 0..n-1; a rank
+// left out of it is refused on every build.
+TEST(NcclCommunicatorTest, AWorldIsTheEpochsMembers) {
   InMemoryRendezvousStore store;
-  absl::StatusOr<CommKey> key = CommKey::Make({1, 2}, 0);
+  absl::StatusOr<CommKey> key = CommKey::Make({0, 2, 3}, 1);
   ASSERT_TRUE(key.ok());
-  absl::Status status =
+  absl::Status outside =
       NcclWorldCommunicator::Create(*key, 1, "w/", &store, {}).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("ranks 0..n-1"));
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(outside.message(), HasSubstr("rank 1 is not a member"));
+  if (NcclCommunicator::BuiltWithCuda()) return;
+  EXPECT_EQ(NcclWorldCommunicator::Create(*key, 2, "w/", &store, {})
+                .status()
+                .code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST(NcclCommunicatorTest, WithCudaBadArgumentsFailBeforeTouchingTheDevice) {

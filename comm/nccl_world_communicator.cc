@@ -16,11 +16,13 @@ NcclWorldCommunicator::Create(const CommKey& world, int my_rank,
                               RendezvousStoreInterface* store,
                               const NcclCommunicator::Options& options) {
   RETURN_IF_ERROR(world.Validate());
-  if (world.ranks.front() != 0 ||
-      world.ranks.back() != static_cast<int>(world.ranks.size()) - 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a world communicator holds ranks 0..n-1, not ", world.ToString()));
+  if (world.GroupRank(my_rank) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", my_rank, " is not a member of the world ",
+                     world.ToString(), " (left out of the epoch)"));
   }
+  // NCCL ranks the members by their place in `world.ranks`: a shrunk
+  // world's survivors are renumbered densely, as SplitGroupFormer expects.
   ASSIGN_OR_RETURN(
       std::unique_ptr<NcclCommunicator> comm,
       NcclCommunicator::Create(world, my_rank, prefix, store, options));

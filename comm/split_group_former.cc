@@ -1,26 +1,53 @@
 #include "comm/split_group_former.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/split_plan.h"
 #include "common/status_macros.h"
 
 namespace dcp {
 namespace {
 
-CommKey DataParallelKey(int world_size, int64_t epoch) {
+CommKey DataParallelKey(std::vector<int> members, int64_t epoch) {
   CommKey key;
-  key.ranks.resize(world_size);
-  std::iota(key.ranks.begin(), key.ranks.end(), 0);
+  key.ranks = std::move(members);
   key.epoch = epoch;
   key.purpose = CommPurpose::kDataParallel;
   return key;
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  return absl::StrCat("[", absl::StrJoin(ranks, ","), "]");
+}
+
+/// OK when `members` are ascending ranks of a job of `world_size` that
+/// hold `rank`.
+absl::Status CheckMembers(const std::vector<int>& members, int rank,
+                          int world_size) {
+  const bool ascending =
+      std::adjacent_find(members.begin(), members.end(),
+                         std::greater_equal<int>()) == members.end();
+  if (members.empty() || !ascending || members.front() < 0 ||
+      members.back() >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the world ", Ranks(members),
+                     " is not ascending ranks of a job of ", world_size));
+  }
+  if (!std::binary_search(members.begin(), members.end(), rank)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " is not in the world ", Ranks(members),
+                     " (it was left out of the epoch, as a failed rank)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WithContext(const absl::Status& status, absl::string_view what) {
@@ -61,10 +88,19 @@ SplitGroupFormer::~SplitGroupFormer() {
 }
 
 void SplitGroupFormer::AddStep(int64_t epoch, int64_t step,
-                               std::vector<std::vector<int>> groups) {
+                               std::vector<std::vector<int>> groups,
+                               std::vector<int> world) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return;
-  queue_.push_back(PendingStep{epoch, step, std::move(groups)});
+  queue_.push_back(
+      PendingStep{epoch, step, std::move(groups), std::move(world)});
+}
+
+std::vector<int> SplitGroupFormer::MembersOf(const PendingStep& step) const {
+  if (!step.world.empty()) return step.world;
+  std::vector<int> all(options_.world_size);
+  std::iota(all.begin(), all.end(), 0);
+  return all;
 }
 
 void SplitGroupFormer::Cancel() {
@@ -109,14 +145,22 @@ void SplitGroupFormer::Process(const PendingStep& step) {
     failed = !epoch_error_.ok();
   }
   if (step.epoch < epoch) return;  // Steps come in order: a stale one.
+  std::vector<int> members = MembersOf(step);
   if (step.epoch > epoch) {
-    if (absl::Status s = EnterEpoch(step.epoch); !s.ok()) {
+    if (absl::Status s = EnterEpoch(step.epoch, std::move(members));
+        !s.ok()) {
       Fail(step.epoch, WithContext(s, absl::StrCat("forming the world of "
                                                    "epoch ",
                                                    step.epoch)));
       return;
     }
   } else if (failed) {
+    return;
+  } else if (members != members_) {
+    Fail(step.epoch,
+         absl::FailedPreconditionError(absl::StrCat(
+             "step ", step.step, " of epoch ", step.epoch, " names the world ",
+             Ranks(members), ", the epoch's first step ", Ranks(members_))));
     return;
   }
   if (absl::Status s = SplitStep(step); !s.ok()) {
@@ -126,28 +170,44 @@ void SplitGroupFormer::Process(const PendingStep& step) {
   }
 }
 
-absl::Status SplitGroupFormer::EnterEpoch(int64_t epoch) {
+void SplitGroupFormer::LeaveWorld(const std::vector<int>& members) {
+  const bool shrunk = !std::includes(members.begin(), members.end(),
+                                     members_.begin(), members_.end());
+  // Same members: destroyed, not aborted, since a peer may still be
+  // finishing the last exchange on it (finalizing lets it; every member
+  // does this at the same step). What was split from it does not depend
+  // on it.
+  if (shrunk && world_ != nullptr) world_->Abort();
+  world_.reset();
+  formed_.clear();
+}
+
+absl::Status SplitGroupFormer::EnterEpoch(int64_t epoch,
+                                          std::vector<int> members) {
   {
     absl::MutexLock lock(&mu_);
     epoch_ = epoch;
     epoch_error_ = absl::OkStatus();
     live_world_ = nullptr;
   }
-  // Destroyed, not aborted: a peer may still be finishing the last
-  // exchange on it (finalizing lets it; every rank does this at the same
-  // step). What was split from it does not depend on it.
-  world_.reset();
-  formed_.clear();
+  LeaveWorld(members);
+  members_ = std::move(members);
+  world_rank_ = -1;
+  RETURN_IF_ERROR(CheckMembers(members_, options_.rank, options_.world_size));
+  const int index = static_cast<int>(
+      std::lower_bound(members_.begin(), members_.end(), options_.rank) -
+      members_.begin());
+  const int size = static_cast<int>(members_.size());
   ASSIGN_OR_RETURN(std::unique_ptr<WorldCommunicator> world,
-                   options_.make_world(epoch));
-  if (world == nullptr || world->size() != options_.world_size ||
-      world->rank() != options_.rank) {
+                   options_.make_world(epoch, members_));
+  if (world == nullptr || world->size() != size || world->rank() != index) {
     return absl::InternalError(absl::StrCat(
         "the world factory returned ",
         world == nullptr ? "no communicator"
                          : absl::StrCat("rank ", world->rank(), " of ",
                                         world->size()),
-        ", expected rank ", options_.rank, " of ", options_.world_size));
+        ", expected rank ", index, " of ", size, " (world ", Ranks(members_),
+        ")"));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -156,26 +216,31 @@ absl::Status SplitGroupFormer::EnterEpoch(int64_t epoch) {
     ++stats_.worlds;
   }
   world_ = std::move(world);
-  if (options_.world_size < 2) return absl::OkStatus();
+  world_rank_ = index;
+  if (size < 2) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> all,
-                   world_->Split(/*color=*/0, /*key=*/options_.rank));
+                   world_->Split(/*color=*/0, /*key=*/world_rank_));
   {
     absl::MutexLock lock(&mu_);
     ++stats_.splits;
   }
   if (all == nullptr) return absl::InternalError("the world split to nothing");
-  Publish(DataParallelKey(options_.world_size, epoch), std::move(all));
+  Publish(DataParallelKey(members_, epoch), std::move(all));
   return absl::OkStatus();
 }
 
 absl::Status SplitGroupFormer::SplitStep(const PendingStep& step) {
-  const int world = options_.world_size;
+  const int world = static_cast<int>(members_.size());
   std::set<std::vector<int>> mine_set;
   for (const std::vector<int>& group : step.groups) {
     if (formed_.count(group) == 0) mine_set.insert(group);
   }
-  const std::vector<std::vector<int>> mine(mine_set.begin(), mine_set.end());
-  std::vector<float> header = SplitHeader(world, options_.rank, step.step,
+  // The exchange and the splits are in world indices; keys and `formed_`
+  // in global ranks, as the plans name groups.
+  ASSIGN_OR_RETURN(
+      const std::vector<std::vector<int>> mine,
+      ToWorldIndices({mine_set.begin(), mine_set.end()}, members_));
+  std::vector<float> header = SplitHeader(world, world_rank_, step.step,
                                           static_cast<int>(mine.size()));
   RETURN_IF_ERROR(world_->AllReduceSumHost(header.data(), header.size()));
   ASSIGN_OR_RETURN(std::vector<int> counts,
@@ -184,22 +249,24 @@ absl::Status SplitGroupFormer::SplitStep(const PendingStep& step) {
                   [](int c) { return c == 0; })) {
     return absl::OkStatus();
   }
-  std::vector<float> table = SplitTable(world, options_.rank, counts, mine);
+  std::vector<float> table = SplitTable(world, world_rank_, counts, mine);
   RETURN_IF_ERROR(world_->AllReduceSumHost(table.data(), table.size()));
   ASSIGN_OR_RETURN(std::vector<std::vector<int>> groups,
                    ReadSplitTable(table, world, counts));
   for (const std::vector<std::vector<int>>& round : SplitRounds(groups)) {
     RETURN_IF_ERROR(SplitRound(step.epoch, round));
   }
-  formed_.insert(groups.begin(), groups.end());
+  for (const std::vector<int>& group : groups) {
+    formed_.insert(ToGlobalRanks(group, members_));
+  }
   return absl::OkStatus();
 }
 
 absl::Status SplitGroupFormer::SplitRound(
     int64_t epoch, const std::vector<std::vector<int>>& round) {
-  const int color = SplitColor(round, options_.rank);
+  const int color = SplitColor(round, world_rank_);
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child,
-                   world_->Split(color, /*key=*/options_.rank));
+                   world_->Split(color, /*key=*/world_rank_));
   {
     absl::MutexLock lock(&mu_);
     ++stats_.splits;
@@ -216,7 +283,8 @@ absl::Status SplitGroupFormer::SplitRound(
         "the split of a group of ", group.size(), " ranks gave ",
         child == nullptr ? 0 : child->size()));
   }
-  ASSIGN_OR_RETURN(CommKey key, CommKey::Make(group, epoch));
+  ASSIGN_OR_RETURN(CommKey key,
+                   CommKey::Make(ToGlobalRanks(group, members_), epoch));
   Publish(std::move(key), std::move(child));
   return absl::OkStatus();
 }

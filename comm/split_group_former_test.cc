@@ -9,12 +9,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "comm/comm_key.h"
 #include "comm/communicator.h"
 #include "comm/communicator_cache.h"
 #include "comm/fake_world_communicator.h"
 #include "common/clock.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -33,8 +35,9 @@ std::unique_ptr<SplitGroupFormer> Former(FakeWorlds& worlds, int rank,
   SplitGroupFormer::Options options;
   options.rank = rank;
   options.world_size = size;
-  options.make_world = [&worlds, rank](int64_t epoch) {
-    return worlds.Member(epoch, rank);
+  options.make_world = [&worlds, rank](int64_t epoch,
+                                       const std::vector<int>& members) {
+    return worlds.Member(epoch, members, rank);
   };
   options.take_timeout = kGuard;
   options.clock = clock;
@@ -172,6 +175,87 @@ TEST(SplitGroupFormerTest, ANewEpochFormsANewWorld) {
   }
   EXPECT_EQ(worlds.World(0)->splits(), 2);
   EXPECT_EQ(worlds.World(1)->splits(), 2);
+  // The same members: epoch 0's world was finalized, not aborted (the
+  // formers' destructors abort only epoch 1's).
+  EXPECT_EQ(worlds.World(0)->aborted(), 0);
+}
+
+// Issue 11: after rank 1 failed and the world shrank, epoch 1's world spans
+// [0, 2, 3] only (world ranks 0, 1, 2). It forms and splits the
+// data-parallel group and the step's groups while rank 1 is absent: alive
+// but silent, it hands in no step of epoch 1 and still holds its member of
+// epoch 0's world. A world that waited for it would fail at its short
+// timeout.
+TEST(SplitGroupFormerTest, AShrunkEpochsWorldFormsAndSplitsWithoutTheDeadRank) {
+  constexpr int kJob = 4;
+  const std::vector<int> survivors = {0, 2, 3};
+  FakeWorlds worlds(kJob, absl::Seconds(5));
+  // Epoch 0, every rank: [0,1] and [2,3]. Epoch 1: [0,2] and [2,3].
+  const Groups before[kJob] = {{{0, 1}}, {{0, 1}}, {{2, 3}}, {{2, 3}}};
+  const Groups after[kJob] = {{{0, 2}}, {}, {{0, 2}, {2, 3}}, {{2, 3}}};
+  absl::Notification survivors_done;
+  std::vector<absl::Status> results(kJob);
+  std::vector<SplitGroupFormer::Stats> stats(kJob);
+  auto take_and_sum = [](SplitGroupFormer& former, int r, const Groups& groups,
+                         int64_t epoch) -> absl::Status {
+    for (const std::vector<int>& group : groups) {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          former.Take(Key(group, epoch));
+      if (!comm.ok()) return comm.status();
+      RETURN_IF_ERROR(CheckSum(**comm, r, group));
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kJob; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<SplitGroupFormer> former = Former(worlds, r, kJob);
+      ASSERT_NE(former, nullptr);
+      former->AddStep(0, 0, before[r]);
+      results[r] = take_and_sum(*former, r, before[r], 0);
+      if (r == 1) {  // The failed rank: gone from here on.
+        survivors_done.WaitForNotification();
+        return;
+      }
+      former->AddStep(1, 5, after[r], survivors);
+      if (results[r].ok()) results[r] = take_and_sum(*former, r, after[r], 1);
+      absl::StatusOr<std::unique_ptr<Communicator>> all =
+          former->Take(Key(survivors, 1, CommPurpose::kDataParallel));
+      if (results[r].ok()) {
+        results[r] = all.ok() ? CheckSum(**all, r, survivors) : all.status();
+      }
+      stats[r] = former->stats();
+    });
+  }
+  for (int r : survivors) ranks[r].join();
+  // Before rank 1 leaves: each survivor aborted its member of epoch 0's
+  // world (a finalize could wait for rank 1); rank 1's is untouched.
+  EXPECT_EQ(worlds.World(0)->aborted(), 3);
+  survivors_done.Notify();
+  ranks[1].join();
+  for (int r = 0; r < kJob; ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  }
+  for (int r : survivors) {
+    EXPECT_EQ(stats[r].worlds, 2) << "rank " << r;
+    EXPECT_EQ(stats[r].failures, 0) << "rank " << r;
+  }
+  EXPECT_EQ(worlds.World(1)->size(), 3);
+  // The data-parallel group, then [0,2] and [2,3] (they share rank 2) in
+  // two rounds.
+  EXPECT_EQ(worlds.World(1)->splits(), 3);
+}
+
+TEST(SplitGroupFormerTest, ARankLeftOutOfTheEpochsWorldFormsNone) {
+  FakeWorlds worlds(4, kGuard);
+  std::unique_ptr<SplitGroupFormer> former = Former(worlds, 1, 4);
+  ASSERT_NE(former, nullptr);
+  former->AddStep(2, 0, {}, {0, 2, 3});
+  absl::Status status =
+      former->Take(Key({0, 2, 3}, 2, CommPurpose::kDataParallel)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("rank 1 is not in the world [0,2,3]"));
+  EXPECT_EQ(former->stats().worlds, 0);
 }
 
 TEST(SplitGroupFormerTest, RanksThatDisagreeFailTheEpochOnEveryRank) {
@@ -247,7 +331,7 @@ TEST(SplitGroupFormerTest, CreateChecksItsOptions) {
   SplitGroupFormer::Options options;
   options.rank = 2;
   options.world_size = 2;
-  options.make_world = [](int64_t) {
+  options.make_world = [](int64_t, const std::vector<int>&) {
     return absl::StatusOr<std::unique_ptr<WorldCommunicator>>(
         absl::InternalError("unused"));
   };

@@ -26,6 +26,34 @@ std::string Ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::vector<int>>> ToWorldIndices(
+    const std::vector<std::vector<int>>& groups,
+    const std::vector<int>& members) {
+  std::vector<std::vector<int>> indices;
+  indices.reserve(groups.size());
+  for (const std::vector<int>& group : groups) {
+    std::vector<int>& out = indices.emplace_back();
+    for (int rank : group) {
+      auto it = std::lower_bound(members.begin(), members.end(), rank);
+      if (it == members.end() || *it != rank) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the group ", Ranks(group), " holds rank ", rank,
+            ", which is not in the epoch's world ", Ranks(members)));
+      }
+      out.push_back(static_cast<int>(it - members.begin()));
+    }
+  }
+  return indices;
+}
+
+std::vector<int> ToGlobalRanks(const std::vector<int>& indices,
+                               const std::vector<int>& members) {
+  std::vector<int> ranks;
+  ranks.reserve(indices.size());
+  for (int index : indices) ranks.push_back(members[index]);
+  return ranks;
+}
+
 std::vector<float> SplitHeader(int world, int rank, int64_t step,
                                int new_groups) {
   std::vector<float> header(2 * world, 0.0f);

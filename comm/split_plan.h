@@ -25,6 +25,21 @@ namespace dcp {
 // Each cell is written by one rank, so the sums are the rows themselves,
 // exactly (floats hold these small integers exactly).
 
+/// `groups` (sorted global ranks) as indices into `members`, the epoch's
+/// world (ascending global ranks): what the exchange and the splits are
+/// written in, the world numbering its members densely (after a shrink,
+/// the world of [0, 2, 3] has ranks 0, 1, 2). FAILED_PRECONDITION, naming
+/// the group, when one of its ranks is not a member.
+absl::StatusOr<std::vector<std::vector<int>>> ToWorldIndices(
+    const std::vector<std::vector<int>>& groups,
+    const std::vector<int>& members);
+
+/// The inverse of `ToWorldIndices`: indices into `members` (each in range,
+/// as `ReadSplitTable` of a world of `members.size()` gives them) back to
+/// global ranks.
+std::vector<int> ToGlobalRanks(const std::vector<int>& indices,
+                               const std::vector<int>& members);
+
 /// This rank's header, to be summed over the world.
 std::vector<float> SplitHeader(int world, int rank, int64_t step,
                                int new_groups);
@@ -36,7 +51,7 @@ std::vector<float> SplitHeader(int world, int rank, int64_t step,
 absl::StatusOr<std::vector<int>> ReadSplitHeader(absl::Span<const float> summed,
                                                  int world, int64_t step);
 
-/// This rank's table: `mine` (its new groups, as sorted global ranks) in
+/// This rank's table: `mine` (its new groups, as sorted world indices) in
 /// its rows, given every rank's count.
 std::vector<float> SplitTable(int world, int rank,
                               const std::vector<int>& counts,

@@ -116,6 +116,32 @@ TEST(SplitPlanTest, RoundsHoldDisjointGroupsAndEveryGroupOnce) {
   EXPECT_TRUE(SplitRounds({}).empty());
 }
 
+TEST(SplitPlanTest, AShrunkWorldExchangesItsGroupsInWorldIndices) {
+  // Rank 1 failed: the world of [0, 2, 3] has ranks 0, 1, 2, and its
+  // groups [0, 2] and [2, 3] are exchanged and split in those.
+  const std::vector<int> members = {0, 2, 3};
+  const std::vector<Groups> global = {{{0, 2}}, {{0, 2}, {2, 3}}, {{2, 3}}};
+  std::vector<Groups> mine;
+  for (const Groups& groups : global) {
+    absl::StatusOr<Groups> indices = ToWorldIndices(groups, members);
+    ASSERT_TRUE(indices.ok()) << indices.status();
+    mine.push_back(*indices);
+  }
+  EXPECT_EQ(mine[1], (Groups{{0, 1}, {1, 2}}));
+  absl::StatusOr<Groups> groups = Exchange(mine, 9);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ASSERT_EQ(groups->size(), 2u);
+  EXPECT_THAT(ToGlobalRanks((*groups)[0], members), ElementsAre(0, 2));
+  EXPECT_THAT(ToGlobalRanks((*groups)[1], members), ElementsAre(2, 3));
+}
+
+TEST(SplitPlanTest, AGroupWithARankOutsideTheWorldIsAnError) {
+  absl::Status status = ToWorldIndices({{0, 2}, {1, 2}}, {0, 2, 3}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("[1,2] holds rank 1"));
+  EXPECT_THAT(status.message(), HasSubstr("world [0,2,3]"));
+}
+
 TEST(SplitPlanTest, ColorIsTheIndexOfTheRanksGroupInTheRound) {
   const Groups round = {{0, 1}, {3, 4}};
   EXPECT_EQ(SplitColor(round, 0), 0);

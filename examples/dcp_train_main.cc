@@ -27,6 +27,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -130,10 +131,35 @@ absl::Status TrainSingle(RankTrainerOptions training, LocalPlanner& planner,
   return absl::OkStatus();
 }
 
+// Runs `step` (its `plan`) on `trainer`: its stats, or nullopt when it was
+// given up because a peer is gone (client_lib's `IsPeerLoss`; the weights
+// are those before it). The groups of earlier epochs are released first,
+// and those of the step's epoch once it is given up, so that the peers'
+// collectives on them fail at once.
+absl::StatusOr<std::optional<StepStats>> RunOrGiveUp(RankTrainer& trainer,
+                                                     ProcessGroups& groups,
+                                                     const Step& step,
+                                                     const RankPlan& plan) {
+  groups.EvictBefore(step.epoch);
+  absl::StatusOr<StepStats> stats = trainer.Step(plan);
+  if (stats.ok()) return std::optional<StepStats>(*std::move(stats));
+  if (!IsPeerLoss(stats.status())) return stats.status();
+  absl::FPrintF(stderr, "dcp-train: rank %d gave up step %d of epoch %d: %s\n",
+                plan.rank, step.step, step.epoch, stats.status().ToString());
+  groups.EvictBefore(step.epoch + 1);
+  return std::optional<StepStats>();
+}
+
 // The same loop as one rank of a dcp job (README.md quotes both): its part
 // of each step from the scheduler, run on c10d groups formed through the
 // scheduler's rendezvous store, its timings reported back. It trains until
 // the scheduler drains the job.
+//
+// A step given up because a peer is gone is not reported, and the rank goes
+// on at the scheduler's next epoch (`Client::NextEpoch`;
+// --on_rank_failure=shrink re-plans the steps not completed for the ranks
+// left). That epoch's first step undoes the abandoned steps this rank
+// applied and takes the new world's state (`RankTrainer::Step`).
 absl::Status TrainRank(RankTrainerOptions training,
                        ClientOptions client_options,
                        ProcessGroups::Options group_options, LossLog& log) {
@@ -142,14 +168,18 @@ absl::Status TrainRank(RankTrainerOptions training,
                                     client->rendezvous_store(), group_options));
   training.session_id = client->session_id();
   ASSIGN_OR_RETURN(auto trainer, RankTrainer::Create(training, groups.get()));
+  bool lost = false;  // A peer is gone: on to the next epoch.
   while (true) {
-    ASSIGN_OR_RETURN(Step step, client->NextStep());
+    ASSIGN_OR_RETURN(Step step, lost ? client->NextEpoch() : client->NextStep());
     if (step.drained) break;
     ASSIGN_OR_RETURN(RankPlan plan, RankPlanFromRankStep(step.plan));
-    ASSIGN_OR_RETURN(StepStats stats, trainer->Step(plan));
+    ASSIGN_OR_RETURN(std::optional<StepStats> stats,
+                     RunOrGiveUp(*trainer, *groups, step, plan));
+    lost = !stats.has_value();
+    if (lost) continue;
     RETURN_IF_ERROR(
-        client->ReportStep(step, stats.task_seconds, stats.sync_seconds));
-    RETURN_IF_ERROR(log.Write(stats));
+        client->ReportStep(step, stats->task_seconds, stats->sync_seconds));
+    RETURN_IF_ERROR(log.Write(*stats));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,5 @@
 // Fuzzes dcp-scheduler's durable state on disk (--state_dir/state.log:
-// scheduler/control/record_log.h and file_state_store.h), as a crash, a full
+// common/record_log.h and file_state_store.h), as a crash, a full
 // disk or a stray write may leave it. The input's first byte picks how the
 // rest makes the log:
 //   0: the rest is the whole file. ReadRecordLog's good records, framed
@@ -46,11 +46,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/record_log.h"
 #include "fuzz/fuzz_support.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/plan.pb.h"
 #include "scheduler/control/file_state_store.h"
-#include "scheduler/control/record_log.h"
 #include "scheduler/control/state_store.h"
 
 namespace dcp {
@@ -94,7 +94,7 @@ std::string ReadFile(const std::string& path) {
 /// A log of `payloads` as RecordLogWriter writes it.
 std::string LogOf(const std::vector<std::string>& payloads) {
   absl::StatusOr<RecordLogWriter> writer =
-      RecordLogWriter::Create(LogPath(), payloads);
+      RecordLogWriter::Create(LogPath(), kStateLogHeader, payloads);
   if (!writer.ok()) Fail(writer.status().ToString());
   return ReadFile(LogPath());
 }
@@ -179,7 +179,8 @@ std::vector<std::string> Canonical(const DurableState& state) {
 /// Checks what ReadRecordLog makes of `file` (now at LogPath()); returns
 /// its records, or nullopt when the file is not a log.
 std::optional<RecordLogContents> CheckRead(absl::string_view file) {
-  absl::StatusOr<RecordLogContents> read = ReadRecordLog(LogPath());
+  absl::StatusOr<RecordLogContents> read =
+      ReadRecordLog(LogPath(), kStateLogHeader);
   CheckClean(read.status(), {StatusCode::kFailedPrecondition}, "ReadRecordLog");
   const bool header = file.substr(0, kRecordLogHeaderBytes) == Header();
   DCP_FUZZ_CHECK(read.ok() == header, "ReadRecordLog answered ",
@@ -251,7 +252,8 @@ void CheckAppend(const RecordLogContents& read) {
   if (!writer->Append("appended").ok() || !writer->Sync().ok()) {
     Fail("cannot append after the good records");
   }
-  absl::StatusOr<RecordLogContents> after = ReadRecordLog(LogPath());
+  absl::StatusOr<RecordLogContents> after =
+      ReadRecordLog(LogPath(), kStateLogHeader);
   DCP_FUZZ_CHECK(after.ok() && after->tail_problem.empty(),
                  "after an append: ", after.status().ToString(), " ",
                  after.ok() ? after->tail_problem : "");

@@ -22,13 +22,18 @@
 //     dead rank never came, goes back), and the survivors' weights are
 //     equal after every epoch-1 step, the last one included (the digests
 //     of the parameters' bytes they log).
+// And a rank that comes back: after the shrink, a new dcp-agent process
+// for rank 1 registers; the scheduler admits it at the next step planned
+// (a grow: epoch 2 on all four). It starts from the seeded weights, takes
+// the world's (weights, AdamW moments, step count) at that step, and the
+// four ranks' weights are equal after every step of epoch 2, the first
+// one's starting weights being those after the last step before it.
 
 #include <signal.h>
-#include <sys/wait.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -38,276 +43,191 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/planner/plan.h"
-#include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
+#include "tests/elastic_job.h"
 #include "tests/execution_log.h"
 #include "tests/job_inputs.h"
 
 namespace dcp {
 namespace {
 
-using testing_process::Binary;
-using testing_process::Child;
-using testing_process::ChildReaper;
 using testing_process::CtlStatus;
-using testing_process::AbandonedRange;
+using testing_process::ElasticJob;
+using testing_process::ElasticJobTest;
 using testing_process::JsonNumber;
 using testing_process::ReadFile;
-using testing_process::Spawn;
-using testing_process::StartScheduler;
-using testing_process::StopScheduler;
-using testing_process::TmpPath;
-using testing_process::WriteFile;
+using Line = testing_process::ExecutionLine;
+using Stop = ElasticJobTest::Stop;
 
 constexpr int kWorld = 4;
-constexpr int64_t kWindow = 32768;
-constexpr int64_t kTokensPerStep = 65536;
-constexpr uint64_t kJobSeed = 5;
 constexpr int kSteps = 12;
 constexpr int kVictim = 1;
 /// The victim is killed once it logged this step.
 constexpr int64_t kKillAfter = 2;
-constexpr absl::Duration kPatience = absl::Seconds(240);
 
-using Line = testing_process::ExecutionLine;
-
-std::string LogPath(int rank) {
-  return TmpPath(absl::StrCat("elastic-agent-", rank, ".jsonl"));
+ElasticJob TrainingJob() {
+  ElasticJob job;
+  job.shape = {/*world_size=*/kWorld,
+               /*gpus_per_node=*/2,
+               /*window=*/32768,
+               /*tokens_per_step=*/65536,
+               /*max_steps=*/kSteps,
+               /*seed=*/5,
+               /*lookahead_steps=*/4};
+  job.trace =
+      testing_process::LcgTrace(300, 17, 100, testing_process::SkewedLength);
+  job.agents_read_model = true;
+  job.agent_flags = {
+      "--mode=execute", "--token_scale=64", "--train_seed=7",
+      "--rendezvous_timeout=10s",
+      // A survivor stuck forming an epoch-0 group with the dead rank has
+      // taken 50 s to give it up on a loaded machine, 30 s after the first
+      // survivor's new world formed: the new world waits.
+      "--world_timeout=90s", "--step_timeout=150s"};
+  job.patience = absl::Seconds(240);
+  return job;
 }
 
-std::vector<Line> Logged(int rank) {
-  return testing_process::ReadExecutionLog(LogPath(rank));
-}
+class ElasticTrainingTest : public ElasticJobTest {
+ protected:
+  explicit ElasticTrainingTest(std::string rank_timeout = "2s")
+      : ElasticJobTest(TrainingJob()), rank_timeout_(std::move(rank_timeout)) {}
 
-bool Ran(int rank, int64_t step) {
-  for (const Line& l : Logged(rank)) {
-    if (l.kind == "step" && l.step >= step) return true;
+  void SetUp() override {
+    ElasticJobTest::SetUp();
+    StartJob({"--rank_timeout=" + rank_timeout_, "--on_rank_failure=shrink"});
   }
-  return false;
-}
 
-/// A task of a step as the ranks that ran it logged it.
-struct Task {
-  std::vector<int> group;
-  std::vector<int64_t> samples;
-  int64_t tokens = 0;
-  std::set<int> ranks;
+  /// Brings the victim back (`back`) with the survivors held (SIGSTOP)
+  /// until the scheduler says it returned: else they can train the job's
+  /// last steps (a tiny model on the CPU) before it registers, and no step
+  /// is left to grow into. A held survivor owes no report the others made
+  /// for longer than the hold (`ElasticReturnTest`'s --rank_timeout).
+  void ReturnWithSurvivorsHeld(const std::function<void()>& back) {
+    std::vector<pid_t> held;
+    for (int r = 0; r < kWorld; ++r) {
+      if (r != kVictim && !agents_[r].done) held.push_back(agents_[r].pid);
+    }
+    for (pid_t pid : held) EXPECT_EQ(kill(pid, SIGSTOP), 0);
+    back();
+    const std::string returned =
+        AwaitSchedulerLine(absl::StrCat("rank ", kVictim, " returned"));
+    for (pid_t pid : held) EXPECT_EQ(kill(pid, SIGCONT), 0);
+    ASSERT_FALSE(returned.empty()) << reaper_.Describe(4000);
+  }
+
+  /// The step lines of epoch `epoch`, by step.
+  std::map<int64_t, std::vector<Line>> EpochSteps(int64_t epoch) const {
+    std::map<int64_t, std::vector<Line>> steps;
+    for (int r = 0; r < kWorld; ++r) {
+      for (const Line& l : Logged(r)) {
+        if (l.kind == "step" && l.epoch == epoch) steps[l.step].push_back(l);
+      }
+    }
+    return steps;
+  }
+
+  /// The weights every rank that logged step `step` logged after it (a
+  /// test failure when they differ or none did).
+  std::string WeightsAfter(int64_t step) const {
+    std::set<std::string> weights;
+    for (int r = 0; r < kWorld; ++r) {
+      for (const Line& l : Logged(r)) {
+        if (l.kind == "step" && l.step == step) weights.insert(l.weights);
+      }
+    }
+    EXPECT_EQ(weights.size(), 1u) << "step " << step;
+    return weights.empty() ? "" : *weights.begin();
+  }
+
+  /// Every sample of every job step trained once (the steps [from, to)
+  /// abandoned); the real tokens of each step that ran, from its tasks.
+  std::map<int64_t, int64_t> ExpectTrainedOnce(int64_t from, int64_t to) {
+    std::set<int64_t> skipped;
+    for (int64_t s = from; s < to; ++s) skipped.insert(s);
+    const auto tasks = Tasks(skipped);
+    testing_process::ExpectEachJobStepOnce(
+        testing_process::SamplesByStep(tasks), JobSteps(), {{from, to}});
+    std::map<int64_t, int64_t> tokens;
+    for (const auto& [key, task] : tasks) tokens[key.first] += task.tokens;
+    return tokens;
+  }
+
+  /// Each step of `steps` ran on `members` ranks that all-reduced the
+  /// step's `tokens` and ended with one loss and one state.
+  static void ExpectOneWorld(const std::map<int64_t, std::vector<Line>>& steps,
+                             size_t members,
+                             const std::map<int64_t, int64_t>& tokens) {
+    for (const auto& [step, lines] : steps) {
+      ASSERT_EQ(lines.size(), members) << "step " << step;
+      for (const Line& l : lines) {
+        EXPECT_EQ(l.tokens, tokens.at(step)) << "step " << step;
+        EXPECT_EQ(l.loss, lines[0].loss) << "step " << step;
+        EXPECT_FALSE(l.weights.empty());
+        EXPECT_EQ(l.weights, lines[0].weights) << "step " << step;
+      }
+    }
+  }
+
+  /// The survivors of the shrink.
+  std::vector<testing_process::Child> Running() const {
+    std::vector<testing_process::Child> running;
+    for (const testing_process::Child& a : agents_) {
+      if (!a.done) running.push_back(a);
+    }
+    return running;
+  }
+
+ private:
+  const std::string rank_timeout_;
 };
 
-/// Every task of every step not in `skip`, keyed by (step, task index);
-/// checks that its ranks logged the same samples and group for it and that
-/// the group is the ranks that logged it.
-std::map<std::pair<int64_t, int>, Task> LoggedTasks(
-    const std::set<int64_t>& skip) {
-  std::map<std::pair<int64_t, int>, Task> tasks;
-  for (int r = 0; r < kWorld; ++r) {
-    for (const Line& l : Logged(r)) {
-      if (l.kind != "task" || skip.count(l.step) > 0) continue;
-      auto [it, fresh] = tasks.try_emplace({l.step, l.task_index});
-      if (fresh) {
-        it->second.group = l.group;
-        it->second.samples = l.samples;
-        it->second.tokens = l.tokens;
-      }
-      EXPECT_EQ(it->second.group, l.group) << "step " << l.step;
-      EXPECT_EQ(it->second.samples, l.samples) << "step " << l.step;
-      it->second.ranks.insert(r);
-    }
-  }
-  for (const auto& [key, task] : tasks) {
-    EXPECT_EQ(std::set<int>(task.group.begin(), task.group.end()), task.ranks)
-        << "step " << key.first << " task " << key.second;
-  }
-  return tasks;
-}
-
-class ElasticTrainingTest : public ::testing::Test {
+/// A rank comes back: the survivors are held while it does, for longer
+/// than the 2 s the shrink test allows a silent rank.
+class ElasticReturnTest : public ElasticTrainingTest {
  protected:
-  void SetUp() override {
-    trace_ = testing_process::LcgTrace(300, 17, 100,
-                                       testing_process::SkewedLength);
-    ASSERT_TRUE(WriteFile(TmpPath("elastic-trace.txt"), trace_));
-    ASSERT_TRUE(WriteFile(TmpPath("elastic-model.json"),
-                          testing_process::TinyModelJson("tiny-elastic")));
-    const int port = StartScheduler(
-        "elastic-scheduler",
-        {"--lengths=" + TmpPath("elastic-trace.txt"),
-         "--model_config=" + TmpPath("elastic-model.json"),
-         absl::StrCat("--world_size=", kWorld), "--gpus_per_node=2",
-         absl::StrCat("--window=", kWindow),
-         absl::StrCat("--tokens_per_step=", kTokensPerStep),
-         absl::StrCat("--seed=", kJobSeed),
-         absl::StrCat("--max_steps=", kSteps), "--lookahead_steps=4",
-         "--metrics_listen=", "--rank_timeout=2s", "--on_rank_failure=shrink"},
-        scheduler_);
-    ASSERT_GT(port, 0);
-    address_ = absl::StrCat("127.0.0.1:", port);
-    for (int r = 0; r < kWorld; ++r) {
-      agents_.push_back(Spawn(
-          absl::StrCat("elastic-agent-", r),
-          {Binary("worker_agent/dcp-agent"), "--scheduler=" + address_,
-           absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
-           "--mode=execute", "--model_config=" + TmpPath("elastic-model.json"),
-           "--token_scale=64", "--train_seed=7", "--rendezvous_timeout=10s",
-           // A survivor stuck forming an epoch-0 group with the dead rank
-           // has taken 50 s to give it up on a loaded machine, 30 s after
-           // the first survivor's new world formed: the new world waits.
-           "--world_timeout=90s", "--step_timeout=150s",
-           "--log_file=" + LogPath(r)}));
-    }
-  }
-
-  void TearDown() override {
-    if (!address_.empty() && !scheduler_.empty() && !scheduler_[0].done) {
-      StopScheduler(address_, scheduler_);
-    }
-  }
-
-  /// Waits on the children's output until `done()`; false at the deadline.
-  template <typename Done>
-  bool AwaitOutput(Done done) {
-    const absl::Time deadline = absl::Now() + kPatience;
-    testing_process::FileActivity activity({TmpPath("")});
-    while (!done()) {
-      if (!activity.Await(deadline)) return done();
-    }
-    return true;
-  }
-
-  std::string AwaitSchedulerLine(const std::string& text) {
-    return testing_process::AwaitLineContaining(
-        scheduler_[0].err_path, text, TmpPath(""), absl::Now() + kPatience);
-  }
-
-  /// The builder's samples of the job's steps, in order.
-  std::vector<std::multiset<int64_t>> JobSteps() const {
-    StepBuilderOptions options;
-    options.tokens_per_step = kTokensPerStep;
-    options.seed = kJobSeed;
-    const std::vector<int32_t> lengths = testing_process::ParseTrace(trace_);
-    absl::StatusOr<std::vector<std::vector<int64_t>>> steps =
-        BuildSteps(LengthView(lengths, kWindow), options, kSteps);
-    EXPECT_TRUE(steps.ok()) << steps.status();
-    std::vector<std::multiset<int64_t>> out;
-    if (!steps.ok()) return out;
-    for (const auto& s : *steps) out.emplace_back(s.begin(), s.end());
-    return out;
-  }
-
-  std::string trace_;
-  std::string address_;
-  std::vector<Child> scheduler_;
-  std::vector<Child> agents_;
-  ChildReaper reaper_{{&scheduler_, &agents_}};
+  ElasticReturnTest() : ElasticTrainingTest("10s") {}
 };
 
 TEST_F(ElasticTrainingTest, SurvivorsTrainOnInTheShrunkWorldLosingNothing) {
-  ASSERT_TRUE(AwaitOutput([] { return Ran(kVictim, kKillAfter); }))
-      << reaper_.Describe(4000);
-  Child& victim = agents_[kVictim];
-  ASSERT_EQ(kill(victim.pid, SIGKILL), 0);
-  int wait_status = 0;
-  ASSERT_EQ(waitpid(victim.pid, &wait_status, 0), victim.pid);
-  victim.done = true;
-
-  const std::string line = AwaitSchedulerLine(
-      absl::StrCat("rank failure: ranks [", kVictim, "] failed"));
-  ASSERT_FALSE(line.empty()) << reaper_.Describe(4000);
-  EXPECT_TRUE(absl::StrContains(line, "shrink: epoch 1 on ranks [0,2,3]"))
-      << line;
-  std::fprintf(stderr, "%s\n", line.c_str());
-  const auto [from, to] = AbandonedRange(line);
+  const auto [from, to] =
+      StopAndAwaitShrink(kVictim, kKillAfter, Stop::kKill, 1, "[0,2,3]");
   ASSERT_GE(from, 0);
-  ASSERT_GE(to, from);
   const int64_t abandoned = to - from;
-
-  std::vector<Child> survivors;
-  for (const Child& a : agents_) {
-    if (!a.done) survivors.push_back(a);
-  }
-  ASSERT_TRUE(testing_process::ExpectAllExit(
-      survivors, absl::Now() + kPatience, "the survivors did not finish"));
-  for (const Child& a : survivors) {
-    EXPECT_EQ(a.exit_code, 0) << a.name << "\n" << ReadFile(a.err_path);
-  }
+  const std::vector<testing_process::Child> survivors = Running();
+  ExpectAgentsFinish();
   const nlohmann::json done = CtlStatus("elastic-ctl", address_);
   EXPECT_EQ(JsonNumber(done["epoch"]), 1);
   EXPECT_EQ(JsonNumber(done["epoch_world_size"]), kWorld - 1);
   EXPECT_EQ(JsonNumber(done["completed_steps"]), kSteps);
   EXPECT_EQ(JsonNumber(done["planned_steps"]), kSteps + abandoned);
 
-  // Exactly once: trained step -> job step, the abandoned ones re-served
-  // in order right after the shrink.
-  std::set<int64_t> skipped;
-  for (int64_t s = from; s < to; ++s) skipped.insert(s);
   std::set<int64_t> undone;  // Abandoned steps a survivor had applied.
   for (int r = 0; r < kWorld; ++r) {
     for (const Line& l : Logged(r)) {
-      if (r != kVictim && l.kind == "step" && skipped.count(l.step) > 0) {
+      if (r != kVictim && l.kind == "step" && l.step >= from && l.step < to) {
         undone.insert(l.step);
       }
     }
   }
   std::fprintf(stderr, "abandoned steps the survivors had applied: %s\n",
                absl::StrJoin(undone, ",").c_str());
-  const std::map<std::pair<int64_t, int>, Task> tasks = LoggedTasks(skipped);
-  std::map<int64_t, std::multiset<int64_t>> ran;
-  std::map<int64_t, int64_t> step_tokens;
-  for (const auto& [key, task] : tasks) {
-    ran[key.first].insert(task.samples.begin(), task.samples.end());
-    step_tokens[key.first] += task.tokens;
-  }
-  const std::vector<std::multiset<int64_t>> expected = JobSteps();
-  ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
-  std::vector<int64_t> trained;
-  for (int64_t s = 0; s < kSteps + abandoned; ++s) {
-    if (s < from || s >= to) trained.push_back(s);
-  }
-  for (size_t i = 0; i < trained.size(); ++i) {
-    EXPECT_EQ(ran[trained[i]], expected[i])
-        << "step " << trained[i] << " (job step " << i
-        << "): a sample skipped or trained twice";
-  }
-  EXPECT_EQ(ran.size(), trained.size()) << "a step ran that was not planned";
+  const std::map<int64_t, int64_t> tokens = ExpectTrainedOnce(from, to);
 
   // Epoch 1 on the survivors: one loss, the world's tokens, one state.
-  std::map<int64_t, std::vector<Line>> epoch1;
-  for (int r = 0; r < kWorld; ++r) {
-    for (const Line& l : Logged(r)) {
-      if (l.kind != "step" || l.epoch != 1) continue;
-      EXPECT_NE(r, kVictim);
-      epoch1[l.step].push_back(l);
-    }
-  }
+  const std::map<int64_t, std::vector<Line>> epoch1 = EpochSteps(1);
   EXPECT_EQ(epoch1.size(), static_cast<size_t>(kSteps + abandoned - to));
-  for (const auto& [step, lines] : epoch1) {
-    ASSERT_EQ(lines.size(), static_cast<size_t>(kWorld - 1)) << step;
-    for (const Line& l : lines) {
-      EXPECT_EQ(l.tokens, step_tokens[step]) << "step " << step;
-      EXPECT_EQ(l.loss, lines[0].loss) << "step " << step;
-      EXPECT_FALSE(l.weights.empty());
-      EXPECT_EQ(l.weights, lines[0].weights) << "step " << step;
-    }
-  }
+  ExpectOneWorld(epoch1, kWorld - 1, tokens);
   ASSERT_FALSE(epoch1.empty());
   // Epoch 1 began from the weights after the last completed step, step
   // from - 1 (a survivor that applied an abandoned step went back).
   if (from > 0) {
-    std::set<std::string> completed;
-    for (int r = 0; r < kWorld; ++r) {
-      for (const Line& l : Logged(r)) {
-        if (l.kind == "step" && l.step == from - 1) completed.insert(l.weights);
-      }
-    }
-    ASSERT_EQ(completed.size(), 1u);
+    const std::string completed = WeightsAfter(from - 1);
     for (const Line& l : epoch1.begin()->second) {
-      EXPECT_EQ(l.start_weights, *completed.begin());
+      EXPECT_EQ(l.start_weights, completed);
     }
   }
   std::fprintf(stderr, "epoch 1: steps %lld..%lld, final weights %s\n",
@@ -315,9 +235,74 @@ TEST_F(ElasticTrainingTest, SurvivorsTrainOnInTheShrunkWorldLosingNothing) {
                static_cast<long long>(epoch1.rbegin()->first),
                epoch1.rbegin()->second[0].weights.c_str());
   // The survivors said what they gave up.
-  for (const Child& a : survivors) {
+  for (const testing_process::Child& a : survivors) {
     EXPECT_TRUE(absl::StrContains(ReadFile(a.err_path), "of epoch 0 given up"))
         << a.name;
+  }
+}
+
+TEST_F(ElasticReturnTest, ARestartedRankIsAdmittedBackWithTheWorldsState) {
+  const auto [from, to] =
+      StopAndAwaitShrink(kVictim, kKillAfter, Stop::kKill, 1, "[0,2,3]");
+  ASSERT_GE(from, 0);
+  const size_t lines_before = Logged(kVictim).size();
+  ReturnWithSurvivorsHeld(
+      [&] { agents_[kVictim] = StartAgent(kVictim, "-again"); });
+  ExpectAgentsFinish();
+  const nlohmann::json done = CtlStatus("elastic-ctl", address_);
+  EXPECT_EQ(JsonNumber(done["epoch"]), 2);
+  EXPECT_EQ(JsonNumber(done["epoch_world_size"]), kWorld);
+  EXPECT_EQ(JsonNumber(done["completed_steps"]), kSteps);
+  EXPECT_EQ(JsonNumber(done["planned_steps"]), kSteps + (to - from));
+
+  // The new process ran epoch 2's steps only, from the grow on.
+  const std::vector<Line> again = Logged(kVictim);
+  ASSERT_GT(again.size(), lines_before) << "the returned rank trained nothing";
+  const int64_t grow = again[lines_before].step;
+  for (size_t i = lines_before; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].epoch, 2) << "step " << again[i].step;
+  }
+  const std::map<int64_t, int64_t> tokens = ExpectTrainedOnce(from, to);
+  const std::map<int64_t, std::vector<Line>> epoch1 = EpochSteps(1);
+  const std::map<int64_t, std::vector<Line>> epoch2 = EpochSteps(2);
+  ExpectOneWorld(epoch1, kWorld - 1, tokens);
+  ExpectOneWorld(epoch2, kWorld, tokens);
+  ASSERT_FALSE(epoch2.empty());
+  EXPECT_EQ(epoch2.begin()->first, grow);
+  EXPECT_EQ(epoch1.size() + epoch2.size(),
+            static_cast<size_t>(kSteps + (to - from) - to));
+  // All four started epoch 2 from the weights after the step before it
+  // (the returned rank's own were the seeded ones: it took the world's).
+  const std::string before = WeightsAfter(epoch1.empty() ? from - 1 : grow - 1);
+  for (const Line& l : epoch2.begin()->second) {
+    EXPECT_EQ(l.start_weights, before) << "rank " << l.rank;
+  }
+  std::fprintf(stderr, "grow at step %lld; epoch 2 final weights %s\n",
+               static_cast<long long>(grow),
+               epoch2.rbegin()->second[0].weights.c_str());
+}
+
+// Rank 1 hangs (SIGSTOP) after its step 2 and is shrunk out; woken, the same
+// process (its state epoch 0's) is admitted back. The grown world starts
+// from the survivors' state, not the woken rank's older one, though it took
+// fewer optimizer steps.
+TEST_F(ElasticReturnTest, AWokenHungRankRejoinsWithTheWorldsState) {
+  const auto [from, to] =
+      StopAndAwaitShrink(kVictim, kKillAfter, Stop::kHang, 1, "[0,2,3]");
+  ASSERT_GE(from, 0);
+  ReturnWithSurvivorsHeld(
+      [&] { ASSERT_EQ(kill(agents_[kVictim].pid, SIGCONT), 0); });
+  ExpectAgentsFinish();
+  const std::map<int64_t, int64_t> tokens = ExpectTrainedOnce(from, to);
+  const std::map<int64_t, std::vector<Line>> epoch1 = EpochSteps(1);
+  const std::map<int64_t, std::vector<Line>> epoch2 = EpochSteps(2);
+  ExpectOneWorld(epoch1, kWorld - 1, tokens);
+  ExpectOneWorld(epoch2, kWorld, tokens);
+  ASSERT_FALSE(epoch2.empty());
+  const int64_t grow = epoch2.begin()->first;
+  const std::string before = WeightsAfter(epoch1.empty() ? from - 1 : grow - 1);
+  for (const Line& l : epoch2.begin()->second) {
+    EXPECT_EQ(l.start_weights, before) << "rank " << l.rank;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "tests/execution_log.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -84,6 +85,66 @@ std::string AwaitLineContaining(const std::string& path,
     if (!found.empty()) return found;
     if (!activity.Await(deadline)) return FirstLineContaining(path, text);
   }
+}
+
+std::map<std::pair<int64_t, int>, LoggedTask> LoggedTasks(
+    const std::vector<std::string>& logs, const std::set<int64_t>& skip) {
+  std::map<std::pair<int64_t, int>, LoggedTask> tasks;
+  for (int r = 0; r < static_cast<int>(logs.size()); ++r) {
+    for (const ExecutionLine& l : ReadExecutionLog(logs[r])) {
+      if (l.kind != "task" || skip.count(l.step) > 0) continue;
+      auto [it, fresh] = tasks.try_emplace({l.step, l.task_index});
+      LoggedTask& task = it->second;
+      if (fresh) {
+        task.group = l.group;
+        task.samples = l.samples;
+        task.tokens = l.tokens;
+      }
+      EXPECT_EQ(task.group, l.group) << "step " << l.step << " rank " << r;
+      EXPECT_EQ(task.samples, l.samples) << "step " << l.step << " rank " << r;
+      ++task.runs[r];
+    }
+  }
+  for (const auto& [key, task] : tasks) {
+    std::set<int> ranks;
+    for (const auto& [r, runs] : task.runs) ranks.insert(r);
+    EXPECT_EQ(std::set<int>(task.group.begin(), task.group.end()), ranks)
+        << "step " << key.first << " task " << key.second;
+  }
+  return tasks;
+}
+
+std::map<int64_t, std::multiset<int64_t>> SamplesByStep(
+    const std::map<std::pair<int64_t, int>, LoggedTask>& tasks) {
+  std::map<int64_t, std::multiset<int64_t>> ran;
+  for (const auto& [key, task] : tasks) {
+    ran[key.first].insert(task.samples.begin(), task.samples.end());
+  }
+  return ran;
+}
+
+void ExpectEachJobStepOnce(
+    const std::map<int64_t, std::multiset<int64_t>>& ran,
+    const std::vector<std::multiset<int64_t>>& expected,
+    const std::vector<std::pair<int64_t, int64_t>>& abandoned) {
+  int64_t skipped = 0;
+  for (const auto& [from, to] : abandoned) skipped += to - from;
+  const auto is_abandoned = [&](int64_t s) {
+    return std::any_of(abandoned.begin(), abandoned.end(), [s](const auto& r) {
+      return s >= r.first && s < r.second;
+    });
+  };
+  size_t job_step = 0;
+  const int64_t steps = static_cast<int64_t>(expected.size()) + skipped;
+  for (int64_t s = 0; s < steps; ++s) {
+    if (is_abandoned(s)) continue;
+    const auto found = ran.find(s);
+    EXPECT_TRUE(found != ran.end() && found->second == expected[job_step])
+        << "step " << s << " (job step " << job_step
+        << "): a sample skipped or trained twice";
+    ++job_step;
+  }
+  EXPECT_EQ(ran.size(), expected.size()) << "a step ran that was not planned";
 }
 
 }  // namespace dcp::testing_process

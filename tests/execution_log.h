@@ -2,6 +2,8 @@
 #define DCP_TESTS_EXECUTION_LOG_H_
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +51,37 @@ std::pair<int64_t, int64_t> AbandonedRange(const std::string& line);
 std::string AwaitLineContaining(const std::string& path,
                                 const std::string& text,
                                 const std::string& dir, absl::Time deadline);
+
+/// A task of a step as the ranks that ran it logged it.
+struct LoggedTask {
+  std::vector<int> group;
+  std::vector<int64_t> samples;
+  int64_t tokens = 0;
+  /// How many times each rank logged it (more than once: a rank that died
+  /// before reporting the step ran it again after its restart).
+  std::map<int, int> runs;
+};
+
+/// Every task of every step not in `skip` that the logs at `logs` (rank r's
+/// at `logs[r]`) hold, keyed by (step, task index). A test failure when the
+/// ranks of a task logged different samples or groups for it, or when its
+/// group is not the ranks that logged it.
+std::map<std::pair<int64_t, int>, LoggedTask> LoggedTasks(
+    const std::vector<std::string>& logs, const std::set<int64_t>& skip);
+
+/// Per step number, the samples of its tasks (each task once).
+std::map<int64_t, std::multiset<int64_t>> SamplesByStep(
+    const std::map<std::pair<int64_t, int>, LoggedTask>& tasks);
+
+/// A test failure for each job step whose samples `ran` (`SamplesByStep`)
+/// did not train exactly once: the steps outside the `abandoned` ranges
+/// [from, to), in order, train the job's steps `expected` in order (a
+/// shrink re-serves the samples of the steps it abandoned in the steps
+/// right after them), and no other step ran.
+void ExpectEachJobStepOnce(
+    const std::map<int64_t, std::multiset<int64_t>>& ran,
+    const std::vector<std::multiset<int64_t>>& expected,
+    const std::vector<std::pair<int64_t, int64_t>>& abandoned);
 
 }  // namespace dcp::testing_process
 

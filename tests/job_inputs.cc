@@ -4,6 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "scheduler/planner/plan.h"
+#include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
 
 namespace dcp {
@@ -60,6 +62,10 @@ std::vector<std::string> JobFlags(const std::string& trace_path,
   if (shape.max_steps > 0) {
     flags.push_back(absl::StrCat("--max_steps=", shape.max_steps));
   }
+  if (shape.seed != 0) flags.push_back(absl::StrCat("--seed=", shape.seed));
+  if (shape.lookahead_steps > 0) {
+    flags.push_back(absl::StrCat("--lookahead_steps=", shape.lookahead_steps));
+  }
   return flags;
 }
 
@@ -72,6 +78,29 @@ std::vector<std::string> WriteJob(const std::string& name,
   EXPECT_TRUE(WriteFile(trace_path, trace)) << trace_path;
   EXPECT_TRUE(WriteFile(model_path, TinyModelJson(model_name))) << model_path;
   return JobFlags(trace_path, model_path, shape);
+}
+
+std::vector<std::multiset<int64_t>> BuilderSteps(const std::string& trace,
+                                                 const JobShape& shape) {
+  StepBuilderOptions options;
+  options.tokens_per_step = shape.tokens_per_step;
+  if (shape.seed != 0) options.seed = shape.seed;
+  const std::vector<int32_t> lengths = ParseTrace(trace);
+  absl::StatusOr<std::vector<std::vector<int64_t>>> steps =
+      BuildSteps(LengthView(lengths, shape.window), options, shape.max_steps);
+  EXPECT_TRUE(steps.ok()) << steps.status();
+  std::vector<std::multiset<int64_t>> out;
+  if (!steps.ok()) return out;
+  for (const auto& s : *steps) out.emplace_back(s.begin(), s.end());
+  return out;
+}
+
+std::vector<std::string> AgentArgs(const std::string& address, int rank,
+                                   int world_size,
+                                   const std::string& log_file) {
+  return {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
+          absl::StrCat("--rank=", rank),
+          absl::StrCat("--world_size=", world_size), "--log_file=" + log_file};
 }
 
 }  // namespace testing_process

@@ -1,11 +1,14 @@
 #ifndef DCP_TESTS_JOB_INPUTS_H_
 #define DCP_TESTS_JOB_INPUTS_H_
 
-// The files a cross-process test writes for the binaries it runs: a model
-// config and a trace of sample lengths (testonly).
+// The files a cross-process test writes for the binaries it runs (a model
+// config and a trace of sample lengths), the flags that point the
+// binaries at them, and the steps the scheduler draws from them
+// (testonly).
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,12 +49,17 @@ struct JobShape {
   int64_t tokens_per_step = 8192;
   /// 0: no --max_steps (the scheduler plans on until it is stopped).
   int64_t max_steps = 0;
+  /// The step builder's --seed; 0: no flag (the scheduler's default).
+  uint64_t seed = 0;
+  /// --lookahead_steps; 0: no flag (the scheduler's default).
+  int lookahead_steps = 0;
 };
 
 /// dcp-scheduler's flags for a job of `shape` over the trace at
 /// `trace_path` and the model config at `model_path`: --lengths,
 /// --model_config, --world_size, --gpus_per_node, --window,
-/// --tokens_per_step and --max_steps. The test appends the rest.
+/// --tokens_per_step, and --max_steps, --seed and --lookahead_steps where
+/// `shape` sets them. The test appends the rest.
 std::vector<std::string> JobFlags(const std::string& trace_path,
                                   const std::string& model_path,
                                   const JobShape& shape);
@@ -68,6 +76,20 @@ std::vector<std::string> WriteJob(const std::string& name,
                                   const std::string& trace,
                                   const std::string& model_name,
                                   const JobShape& shape);
+
+/// The samples of the first `shape.max_steps` steps the scheduler's step
+/// builder draws from `trace` (LcgTrace's text) for a job of `shape`, in
+/// order: what a job that loses no sample trains (a test failure and no
+/// step when the builder fails).
+std::vector<std::multiset<int64_t>> BuilderSteps(const std::string& trace,
+                                                 const JobShape& shape);
+
+/// The start of a dcp-agent command line for rank `rank` of a world of
+/// `world_size` served by the scheduler at `address`, logging its steps to
+/// `log_file`: the binary, --scheduler, --rank, --world_size and
+/// --log_file. The test appends the mode and its flags.
+std::vector<std::string> AgentArgs(const std::string& address, int rank,
+                                   int world_size, const std::string& log_file);
 
 }  // namespace testing_process
 }  // namespace dcp

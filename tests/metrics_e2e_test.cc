@@ -9,7 +9,10 @@
 // last step's figures); the build info of every daemon with the commit this
 // build stamped; and, once the job is drained, figures that must add up:
 // the steps completed and the tokens trained are those of the steps the
-// scheduler logged, with one step-time observation per step. Skips when
+// scheduler logged, with one step-time observation per step. A second,
+// shorter case serves the scheduler's metrics over mutual TLS and an agent's
+// over TLS (--metrics_tls_*), with the deploy configuration's TLS lines
+// uncommented: both targets up, their families scraped. Skips when
 // Prometheus is not installed (tools/setup.sh installs it).
 //
 // The stamped commit is compared with the one compiled into this test (the
@@ -47,6 +50,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
 #include "tests/job_inputs.h"
+#include "tests/test_pki.h"
 
 namespace dcp {
 namespace {
@@ -72,6 +76,14 @@ constexpr absl::Duration kPatience = absl::Seconds(60);
 /// Failure messages show the end of each child's stderr: the scheduler logs
 /// every step it plans, and it plans for as long as the test watches.
 constexpr size_t kStderrTail = 3000;
+
+/// The TLS lines of each job in deploy/prometheus/prometheus.yml, commented.
+constexpr char kCommentedTls[] =
+    "    # scheme: https\n"
+    "    # tls_config:\n"
+    "    #   ca_file: /etc/dcp/ca.crt\n"
+    "    #   cert_file: /etc/dcp/prometheus.crt\n"
+    "    #   key_file: /etc/dcp/prometheus.key\n";
 
 /// A port nothing listens on right now (the kernel's pick for port 0).
 int FreePort() {
@@ -224,34 +236,39 @@ class MetricsE2eTest : public ::testing::Test {
     argv.insert(
         argv.end(),
         {"--lookahead_steps=2", "--refit_every=8", "--prior_weight=0.0001",
-         "--listen=127.0.0.1:0", "--port_file=" + TmpPath("scheduler.port"),
+         "--listen=127.0.0.1:0", "--port_file=" + Path("scheduler.port"),
          "--metrics_listen=127.0.0.1:0",
-         "--metrics_port_file=" + TmpPath("scheduler.metrics_port")});
+         "--metrics_port_file=" + Path("scheduler.metrics_port")});
+    argv.insert(argv.end(), scheduler_metrics_flags_.begin(),
+                scheduler_metrics_flags_.end());
     scheduler_ = {Spawn("scheduler", argv)};
-    port_ = WaitForPortFile(TmpPath("scheduler.port"), scheduler_[0],
+    port_ = WaitForPortFile(Path("scheduler.port"), scheduler_[0],
                             absl::Now() + kPatience);
-    scheduler_metrics_ =
-        WaitForPortFile(TmpPath("scheduler.metrics_port"), scheduler_[0],
-                        absl::Now() + kPatience);
+    scheduler_metrics_ = WaitForPortFile(
+        Path("scheduler.metrics_port"), scheduler_[0], absl::Now() + kPatience);
     ASSERT_GT(port_, 0) << reaper_.Describe(kStderrTail);
     ASSERT_GT(scheduler_metrics_, 0) << reaper_.Describe(kStderrTail);
 
-    agent_metrics_.assign(kWorld, 0);
-    for (int r = 0; r < kWorld; ++r) {
-      agents_.push_back(Spawn(
-          absl::StrCat("agent-", r),
-          {Binary("worker_agent/dcp-agent"),
-           absl::StrCat("--scheduler=127.0.0.1:", port_),
-           absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
-           "--mode=execute", "--model_config=" + model_, "--token_scale=64",
-           "--metrics_listen=127.0.0.1:0",
-           "--metrics_port_file=" +
-               TmpPath(absl::StrCat("agent-", r, ".port"))}));
+    agent_metrics_.assign(agents_to_start_, 0);
+    for (int r = 0; r < agents_to_start_; ++r) {
+      std::vector<std::string> agent = {
+          Binary("worker_agent/dcp-agent"),
+          absl::StrCat("--scheduler=127.0.0.1:", port_),
+          absl::StrCat("--rank=", r),
+          absl::StrCat("--world_size=", kWorld),
+          "--mode=execute",
+          "--model_config=" + model_,
+          "--token_scale=64",
+          "--metrics_listen=127.0.0.1:0",
+          "--metrics_port_file=" + Path(absl::StrCat("agent-", r, ".port"))};
+      agent.insert(agent.end(), agent_metrics_flags_.begin(),
+                   agent_metrics_flags_.end());
+      agents_.push_back(Spawn(absl::StrCat("agent-", r), agent));
     }
-    for (int r = 0; r < kWorld; ++r) {
+    for (int r = 0; r < agents_to_start_; ++r) {
       agent_metrics_[r] =
-          WaitForPortFile(TmpPath(absl::StrCat("agent-", r, ".port")),
-                          agents_[r], absl::Now() + kPatience);
+          WaitForPortFile(Path(absl::StrCat("agent-", r, ".port")), agents_[r],
+                          absl::Now() + kPatience);
       ASSERT_GT(agent_metrics_[r], 0) << reaper_.Describe(kStderrTail);
     }
   }
@@ -259,7 +276,7 @@ class MetricsE2eTest : public ::testing::Test {
   // Prometheus with the deploy configuration: the targets as the deploy
   // would write them, and a 1 s scrape interval instead of 15 s.
   void StartPrometheus() {
-    const std::string config_dir = TmpPath("prometheus");
+    const std::string config_dir = Path("prometheus");
     ASSERT_EQ(mkdir(config_dir.c_str(), 0755), 0);
     ASSERT_EQ(mkdir((config_dir + "/targets").c_str(), 0755), 0);
     std::string config = ReadFile(Binary("deploy/prometheus/prometheus.yml"));
@@ -269,6 +286,13 @@ class MetricsE2eTest : public ::testing::Test {
         << "deploy/prometheus/prometheus.yml no longer sets "
            "'scrape_interval: 15s' once:\n"
         << config;
+    if (!prometheus_tls_.empty()) {
+      ASSERT_EQ(
+          absl::StrReplaceAll({{kCommentedTls, prometheus_tls_}}, &config), 2)
+          << "deploy/prometheus/prometheus.yml no longer has the commented "
+             "TLS lines of both jobs:\n"
+          << config;
+    }
     ASSERT_TRUE(WriteFile(config_dir + "/prometheus.yml", config));
     ASSERT_TRUE(WriteFile(
         config_dir + "/targets/dcp-scheduler.json",
@@ -276,7 +300,7 @@ class MetricsE2eTest : public ::testing::Test {
             {{{"targets", {absl::StrCat("127.0.0.1:", scheduler_metrics_)}}}})
             .dump()));
     nlohmann::json agent_targets = nlohmann::json::array();
-    for (int r = 0; r < kWorld; ++r) {
+    for (size_t r = 0; r < agent_metrics_.size(); ++r) {
       agent_targets.push_back(
           {{"targets", {absl::StrCat("127.0.0.1:", agent_metrics_[r])}},
            {"labels", {{"rank", absl::StrCat(r)}}}});
@@ -296,7 +320,7 @@ class MetricsE2eTest : public ::testing::Test {
     server_ = {
         Spawn("prometheus",
               {*prometheus_, "--config.file=" + config_dir + "/prometheus.yml",
-               "--storage.tsdb.path=" + TmpPath("tsdb"),
+               "--storage.tsdb.path=" + Path("tsdb"),
                absl::StrCat("--web.listen-address=127.0.0.1:", web_port_),
                "--log.level=warn"})};
   }
@@ -306,7 +330,8 @@ class MetricsE2eTest : public ::testing::Test {
     bool ok = false;
     const std::string seen = WaitForQuery(
         web_port_, "up",
-        [](const std::vector<Series>& r) {
+        [want = static_cast<int>(agent_metrics_.size())](
+            const std::vector<Series>& r) {
           int scheduler = 0, agents = 0;
           for (const Series& s : r) {
             if (s.value != 1) return false;
@@ -315,7 +340,7 @@ class MetricsE2eTest : public ::testing::Test {
             scheduler += job == "dcp-scheduler";
             agents += job == "dcp-agent" && s.labels.count("rank") == 1;
           }
-          return scheduler == 1 && agents == kWorld;
+          return scheduler == 1 && agents == want;
         },
         &ok);
     ASSERT_TRUE(ok) << "up: " << seen << "\n" << reaper_.Describe(kStderrTail);
@@ -488,9 +513,28 @@ class MetricsE2eTest : public ::testing::Test {
         << Describe(server_, kStderrTail);
   }
 
+  // What the TLS case changes: the daemons' --metrics_tls_* flags, how many
+  // agents run, and the TLS lines of Prometheus' configuration.
+  std::vector<std::string> scheduler_metrics_flags_;
+  std::vector<std::string> agent_metrics_flags_;
+  int agents_to_start_ = kWorld;
+  std::string prometheus_tls_;
+
+  /// A file of this test's own directory (the cases share TEST_TMPDIR).
+  std::string Path(const std::string& name) const {
+    return absl::StrCat(dir_, "/", name);
+  }
+  static std::string MakeTestDir() {
+    const std::string dir = TmpPath(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    mkdir(dir.c_str(), 0755);
+    return dir;
+  }
+
   std::optional<std::string> prometheus_ = FindOnPath("prometheus");
-  const std::string trace_ = TmpPath("trace.txt");
-  const std::string model_ = TmpPath("model.json");
+  const std::string dir_ = MakeTestDir();
+  const std::string trace_ = Path("trace.txt");
+  const std::string model_ = Path("model.json");
   std::vector<Child> scheduler_;
   std::vector<Child> agents_;
   std::vector<Child> server_;
@@ -517,6 +561,52 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheSchedulerAndTheAgents) {
   ExpectBuildInfo();
   ExpectAgentsConnected();
   DrainAndExpectTotals();
+}
+
+// The scheduler's /metrics over mutual TLS and an agent's over TLS, scraped
+// by Prometheus with the deploy configuration's TLS lines: Prometheus
+// presents a client certificate of the CA and verifies the daemons'
+// certificates (they name 127.0.0.1). One agent of two is enough: it serves
+// metrics from start-up, before the job can start.
+TEST_F(MetricsE2eTest, PrometheusScrapesOverMutualTls) {
+  if (!prometheus_.has_value()) {
+    GTEST_SKIP() << "prometheus is not on PATH; tools/setup.sh installs it "
+                    "(Debian package prometheus)";
+  }
+  testing_process::TestPki pki;
+  ASSERT_TRUE(testing_process::MakeTestPki(Path("pki"), &pki));
+  scheduler_metrics_flags_ = {"--metrics_tls_cert=" + pki.server_cert,
+                              "--metrics_tls_key=" + pki.server_key,
+                              "--metrics_tls_ca=" + pki.ca};
+  agent_metrics_flags_ = {"--metrics_tls_cert=" + pki.server_cert,
+                          "--metrics_tls_key=" + pki.server_key};
+  agents_to_start_ = 1;
+  prometheus_tls_ = absl::StrCat("    scheme: https\n    tls_config:\n",
+                                 "      ca_file: ", pki.ca, "\n",
+                                 "      cert_file: ", pki.client_cert, "\n",
+                                 "      key_file: ", pki.client_key, "\n");
+  StartJob();
+  if (HasFatalFailure()) return;
+  // Plain HTTP is not served on the TLS port.
+  EXPECT_FALSE(
+      HttpRequestForTest("127.0.0.1", scheduler_metrics_, "GET", "/metrics")
+          .ok());
+  StartPrometheus();
+  if (HasFatalFailure()) return;
+  ExpectTargetsUp();
+  if (HasFatalFailure()) return;
+  for (const char* query :
+       {"dcp_scheduler_build_info", "dcp_scheduler_world_size",
+        "dcp_agent_build_info"}) {
+    bool ok = false;
+    const std::string seen = WaitForQuery(
+        web_port_, query,
+        [](const std::vector<Series>& r) {
+          return r.size() == 1 && r[0].value > 0;
+        },
+        &ok);
+    EXPECT_TRUE(ok) << query << ": " << seen;
+  }
 }
 
 }  // namespace

@@ -14,6 +14,11 @@
 //   - hung (SIGSTOPped, its stream open) under hold: declared failed once
 //     the others reported a step it did not, for the timeout; its stream is
 //     ended, and woken (SIGCONT) it registers again and the job ends.
+//   - hung under shrink: failed the same way, the world shrinks and the
+//     three others train on; woken, the rank finishes the step it was in
+//     (an abandoned one: its report is discarded and counts for nothing),
+//     finds its stream ended, registers again and is admitted back at a
+//     step boundary (a grow, epoch 2 on all four); the job ends there.
 //
 // What "trained exactly once" means: a step is trained when every rank of
 // its world reported it (what a real job's gradient sync needs). A rank
@@ -27,7 +32,6 @@
 // for the job step it trains, none missing, none twice.
 
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -41,14 +45,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/planner/plan.h"
-#include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
+#include "tests/elastic_job.h"
 #include "tests/execution_log.h"
 #include "tests/job_inputs.h"
 
@@ -56,203 +57,51 @@ namespace dcp {
 namespace {
 
 using testing_process::Binary;
-using testing_process::Child;
-using testing_process::ChildReaper;
 using testing_process::CtlStatus;
-using testing_process::AbandonedRange;
+using testing_process::ElasticJob;
+using testing_process::ElasticJobTest;
 using testing_process::JsonNumber;
-using testing_process::LcgTrace;
-using testing_process::ParseTrace;
 using testing_process::ReadFile;
 using testing_process::RunToEnd;
-using testing_process::SkewedLength;
-using testing_process::Spawn;
 using testing_process::StartSchedulerIncarnation;
-using testing_process::StopScheduler;
 using testing_process::TmpPath;
-using testing_process::WriteFile;
+using Stop = ElasticJobTest::Stop;
+using Line = testing_process::ExecutionLine;
 
 constexpr int kWorld = 4;
-constexpr int kGpusPerNode = 2;
-constexpr int64_t kWindow = 32768;
-constexpr int64_t kTokensPerStep = 65536;
-constexpr uint64_t kJobSeed = 5;
 constexpr int kSteps = 24;
 /// The rank the tests kill, and the step some rank has run before.
 constexpr int kVictim = 1;
 constexpr int64_t kKillAfter = 3;
-/// How long any one thing the test waits for may take.
-constexpr absl::Duration kPatience = absl::Seconds(60);
+/// The world after `kVictim` failed.
+constexpr char kShrunk[] = "[0,2,3]";
 
-using Line = testing_process::ExecutionLine;
+/// The job of `steps` steps.
+ElasticJob SimulatedJob(int steps) {
+  ElasticJob job;
+  job.shape = {/*world_size=*/kWorld,
+               /*gpus_per_node=*/2,
+               /*window=*/32768,
+               /*tokens_per_step=*/65536,
+               /*max_steps=*/steps,
+               /*seed=*/5,
+               /*lookahead_steps=*/4};
+  job.trace =
+      testing_process::LcgTrace(300, 17, 100, testing_process::SkewedLength);
+  job.agent_flags = {"--mode=simulate", "--simulate_task_time=5ms"};
+  return job;
+}
 
-class RankFailureTest : public ::testing::Test {
+class RankFailureTest : public ElasticJobTest {
  protected:
-  void SetUp() override {
-    // Each test's files apart: the tests share TEST_TMPDIR.
-    prefix_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    trace_ = LcgTrace(300, 17, 100, SkewedLength);
-    ASSERT_TRUE(WriteFile(TmpPath("trace.txt"), trace_));
-    ASSERT_TRUE(WriteFile(TmpPath("model.json"),
-                          testing_process::TinyModelJson("tiny-failure")));
-  }
+  explicit RankFailureTest(int steps = kSteps)
+      : ElasticJobTest(SimulatedJob(steps)) {}
 
-  /// Starts the scheduler with `extra` flags, then the agents.
-  void StartJob(const std::vector<std::string>& extra) {
-    const int port =
-        StartSchedulerIncarnation(prefix_ + "-scheduler", Flags(extra), 0,
-                                  scheduler_);
-    ASSERT_GT(port, 0);
-    address_ = absl::StrCat("127.0.0.1:", port);
-    for (int r = 0; r < kWorld; ++r) agents_.push_back(StartAgent(r, ""));
-  }
-
-  /// The job's scheduler flags, then `extra`.
-  std::vector<std::string> Flags(const std::vector<std::string>& extra) const {
-    std::vector<std::string> flags = {
-        "--lengths=" + TmpPath("trace.txt"),
-        "--model_config=" + TmpPath("model.json"),
-        absl::StrCat("--world_size=", kWorld),
-        absl::StrCat("--gpus_per_node=", kGpusPerNode),
-        absl::StrCat("--window=", kWindow),
-        absl::StrCat("--tokens_per_step=", kTokensPerStep),
-        absl::StrCat("--seed=", kJobSeed),
-        absl::StrCat("--max_steps=", kSteps),
-        "--lookahead_steps=4",
-        "--metrics_listen="};
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    return flags;
-  }
-
-  Child StartAgent(int rank, const std::string& suffix) {
-    return Spawn(absl::StrCat(prefix_, "-agent-", rank, suffix),
-                 {Binary("worker_agent/dcp-agent"), "--scheduler=" + address_,
-                  absl::StrCat("--rank=", rank),
-                  absl::StrCat("--world_size=", kWorld), "--mode=simulate",
-                  "--simulate_task_time=5ms", "--log_file=" + LogPath(rank)});
-  }
-
-  static std::string LogPath(int rank) {
-    return TmpPath(absl::StrCat(prefix_, "-agent-", rank, ".jsonl"));
-  }
-
-  static std::vector<Line> Logged(int rank) {
-    return testing_process::ReadExecutionLog(LogPath(rank));
-  }
-
-  /// The steps rank `rank` logged, in order (repeats kept).
-  static std::vector<int64_t> LoggedSteps(int rank) {
-    return testing_process::LoggedSteps(LogPath(rank));
-  }
-
-  /// Whether rank `rank` has run step `step` or a later one (so it has
-  /// registered and streams).
-  static bool Ran(int rank, int64_t step) {
-    for (int64_t s : LoggedSteps(rank)) {
-      if (s >= step) return true;
-    }
-    return false;
-  }
-
-  /// Waits, on the children's output, until `done()`; false at the
-  /// deadline.
-  template <typename Done>
-  bool AwaitOutput(Done done) {
-    const absl::Time deadline = absl::Now() + kPatience;
-    testing_process::FileActivity activity({TmpPath("")});
-    while (!done()) {
-      if (!activity.Await(deadline)) return done();
-    }
-    return true;
-  }
-
-  /// The first line of the scheduler's log that contains `text`; "" if none
-  /// came in time.
-  std::string AwaitSchedulerLine(const std::string& text) {
-    return testing_process::AwaitLineContaining(
-        scheduler_[0].err_path, text, TmpPath(""), absl::Now() + kPatience);
-  }
-
-  void KillAgent(int rank) { Kill(agents_[rank]); }
-
-  static void Kill(Child& child) {
-    ASSERT_EQ(kill(child.pid, SIGKILL), 0);
-    int status = 0;
-    ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
-    child.done = true;
-    EXPECT_TRUE(WIFSIGNALED(status));
-  }
-
-  /// Waits for the agents still running to exit 0.
-  void ExpectAgentsFinish() {
-    std::vector<Child> running;
-    for (const Child& a : agents_) {
-      if (!a.done) running.push_back(a);
-    }
-    ASSERT_TRUE(testing_process::ExpectAllExit(running, absl::Now() + kPatience,
-                                               "the agents did not finish"));
-    for (const Child& a : running) {
-      EXPECT_EQ(a.exit_code, 0) << a.name << "\n" << ReadFile(a.err_path);
-    }
-    for (Child& a : agents_) {
-      for (const Child& r : running) {
-        if (r.pid == a.pid) a = r;
-      }
-    }
-  }
-
-  /// What the builder draws for the job's steps, in order.
-  std::vector<std::multiset<int64_t>> JobSteps() const {
-    StepBuilderOptions options;
-    options.tokens_per_step = kTokensPerStep;
-    options.seed = kJobSeed;
-    const std::vector<int32_t> lengths = ParseTrace(trace_);
-    absl::StatusOr<std::vector<std::vector<int64_t>>> steps =
-        BuildSteps(LengthView(lengths, kWindow), options, kSteps);
-    EXPECT_TRUE(steps.ok()) << steps.status();
-    std::vector<std::multiset<int64_t>> out;
-    if (!steps.ok()) return out;
-    for (const auto& s : *steps) out.emplace_back(s.begin(), s.end());
-    return out;
-  }
-
-  /// Per step number: the samples of its tasks as the ranks logged them,
-  /// each task once; checks that every rank that logged a task of a step
-  /// logged the same samples and group for it, and that each task's group
-  /// is the ranks that logged it.
-  static std::map<int64_t, std::multiset<int64_t>> TrainedSamples(
-      const std::set<int64_t>& skip) {
-    struct Seen {
-      std::vector<int> group;
-      std::vector<int64_t> samples;
-      std::set<int> ranks;
-    };
-    std::map<std::pair<int64_t, int>, Seen> tasks;
-    for (int r = 0; r < kWorld; ++r) {
-      for (const Line& l : Logged(r)) {
-        if (l.kind != "task" || skip.count(l.step) > 0) continue;
-        auto [it, fresh] = tasks.try_emplace({l.step, l.task_index});
-        if (fresh) {
-          it->second.group = l.group;
-          it->second.samples = l.samples;
-        }
-        EXPECT_EQ(it->second.group, l.group) << "step " << l.step;
-        EXPECT_EQ(it->second.samples, l.samples) << "step " << l.step;
-        it->second.ranks.insert(r);
-      }
-    }
-    std::map<int64_t, std::multiset<int64_t>> ran;
-    for (const auto& [key, seen] : tasks) {
-      EXPECT_EQ(std::set<int>(seen.group.begin(), seen.group.end()), seen.ranks)
-          << "step " << key.first << " task " << key.second;
-      ran[key.first].insert(seen.samples.begin(), seen.samples.end());
-    }
-    return ran;
-  }
+  void KillAgent(int rank) { testing_process::KillAndReap(agents_[rank]); }
 
   /// Each rank's distinct steps are [0, kSteps), in order (a restarted
   /// rank may repeat the step it had not reported, never skip one).
-  static void ExpectEveryRankRanEveryStep() {
+  void ExpectEveryRankRanEveryStep() const {
     for (int r = 0; r < kWorld; ++r) {
       std::vector<int64_t> steps = LoggedSteps(r);
       steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
@@ -262,39 +111,21 @@ class RankFailureTest : public ::testing::Test {
     }
   }
 
-  void ExpectExactlyOnceWithoutShrink() {
+  void ExpectExactlyOnceWithoutShrink() const {
     ExpectEveryRankRanEveryStep();
-    const std::vector<std::multiset<int64_t>> expected = JobSteps();
-    ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
-    std::map<int64_t, std::multiset<int64_t>> ran = TrainedSamples({});
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_EQ(ran[s], expected[s])
-          << "step " << s << ": a sample skipped or trained twice";
-    }
+    testing_process::ExpectEachJobStepOnce(
+        testing_process::SamplesByStep(Tasks({})), JobSteps(), {});
   }
 
-  std::pair<int64_t, int64_t> KillVictimAndAwaitShrink();
+  std::pair<int64_t, int64_t> KillVictimAndAwaitShrink() {
+    return StopAndAwaitShrink(kVictim, kKillAfter, Stop::kKill, 1, kShrunk);
+  }
   void ExpectShrunkJobTrainedOnce(int64_t from, int64_t to);
-
-  void TearDown() override {
-    if (!address_.empty() && !scheduler_.empty() && !scheduler_[0].done) {
-      StopScheduler(address_, scheduler_);
-    }
-  }
-
-  static std::string prefix_;
-  std::string trace_;
-  std::string address_;
-  std::vector<Child> scheduler_;
-  std::vector<Child> agents_;
-  ChildReaper reaper_{{&scheduler_, &agents_}};
 };
-
-std::string RankFailureTest::prefix_;
 
 TEST_F(RankFailureTest, HoldWaitsForTheRankAndLosesNothing) {
   StartJob({"--rank_timeout=2s", "--on_rank_failure=hold"});
-  ASSERT_TRUE(AwaitOutput([] { return Ran(kVictim, kKillAfter); }))
+  ASSERT_TRUE(AwaitOutput([this] { return Ran(kVictim, kKillAfter); }))
       << reaper_.Describe(4000);
   KillAgent(kVictim);
   const std::string failed = AwaitSchedulerLine(
@@ -372,54 +203,8 @@ void RankFailureTest::ExpectShrunkJobTrainedOnce(int64_t from, int64_t to) {
   }
   std::set<int64_t> skipped;
   for (int64_t s = from; s < to; ++s) skipped.insert(s);
-  std::map<int64_t, std::multiset<int64_t>> ran = TrainedSamples(skipped);
-  const std::vector<std::multiset<int64_t>> expected = JobSteps();
-  ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
-  // Trained step -> the job step whose samples it trains: the same before
-  // the shrink; then the abandoned ones, re-served in order; then the rest.
-  std::vector<int64_t> job_step;
-  for (int64_t s = 0; s < from; ++s) job_step.push_back(s);
-  for (int64_t s = from; s < to; ++s) job_step.push_back(s);
-  for (int64_t s = to; s < kSteps; ++s) job_step.push_back(s);
-  std::vector<int64_t> trained;
-  for (int64_t s = 0; s < kSteps + abandoned; ++s) {
-    if (s < from || s >= to) trained.push_back(s);
-  }
-  ASSERT_EQ(trained.size(), job_step.size());
-  for (size_t i = 0; i < trained.size(); ++i) {
-    EXPECT_EQ(ran[trained[i]], expected[job_step[i]])
-        << "step " << trained[i] << " (job step " << job_step[i]
-        << "): a sample skipped or trained twice";
-  }
-  EXPECT_EQ(ran.size(), trained.size()) << "a step ran that was not planned";
-}
-
-/// Kills the victim once it ran a few steps and waits for the scheduler's
-/// shrink to epoch 1 on the others; the steps [from, to) it abandoned
-/// ({-1, -1} and a failure when it did not come or abandoned none).
-std::pair<int64_t, int64_t> RankFailureTest::KillVictimAndAwaitShrink() {
-  const std::pair<int64_t, int64_t> none{-1, -1};
-  if (!AwaitOutput([] { return Ran(kVictim, kKillAfter); })) {
-    ADD_FAILURE() << "the victim ran no steps\n" << reaper_.Describe(4000);
-    return none;
-  }
-  KillAgent(kVictim);
-  const std::string line = AwaitSchedulerLine(
-      absl::StrCat("rank failure: ranks [", kVictim, "] failed"));
-  if (line.empty()) {
-    ADD_FAILURE() << "no shrink\n" << reaper_.Describe(4000);
-    return none;
-  }
-  EXPECT_TRUE(absl::StrContains(line, "shrink: epoch 1 on ranks [0,2,3]"))
-      << line;
-  std::fprintf(stderr, "%s\n", line.c_str());
-  const std::pair<int64_t, int64_t> range = AbandonedRange(line);
-  // The victim had steps planned that it never reported.
-  if (range.first < 0 || range.second <= range.first) {
-    ADD_FAILURE() << "no step abandoned: " << line;
-    return none;
-  }
-  return range;
+  testing_process::ExpectEachJobStepOnce(
+      testing_process::SamplesByStep(Tasks(skipped)), JobSteps(), {{from, to}});
 }
 
 TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
@@ -432,10 +217,10 @@ TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
 
 TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
   const std::vector<std::string> flags =
-      Flags({"--rank_timeout=2s", "--on_rank_failure=shrink",
-             "--state_dir=" + TmpPath(prefix_ + "-state")});
+      SchedulerFlags({"--rank_timeout=2s", "--on_rank_failure=shrink",
+                      "--state_dir=" + TmpPath(prefix() + "-state")});
   const int port =
-      StartSchedulerIncarnation(prefix_ + "-scheduler", flags, 0, scheduler_);
+      StartSchedulerIncarnation(prefix() + "-scheduler", flags, 0, scheduler_);
   ASSERT_GT(port, 0);
   address_ = absl::StrCat("127.0.0.1:", port);
   for (int r = 0; r < kWorld; ++r) agents_.push_back(StartAgent(r, ""));
@@ -444,8 +229,8 @@ TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
 
   // Right after the shrink the scheduler dies too, and comes back on its
   // state: the same epoch, world and abandoned steps.
-  Kill(scheduler_[0]);
-  ASSERT_GT(StartSchedulerIncarnation(prefix_ + "-scheduler-again", flags,
+  testing_process::KillAndReap(scheduler_[0]);
+  ASSERT_GT(StartSchedulerIncarnation(prefix() + "-scheduler-again", flags,
                                       port, scheduler_),
             0);
   const nlohmann::json resumed = CtlStatus("ctl-resumed", address_);
@@ -458,14 +243,11 @@ TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
 
   ExpectAgentsFinish();
   ExpectShrunkJobTrainedOnce(from, to);
-  std::vector<Child> last = {scheduler_.back()};
-  StopScheduler(address_, last);
-  scheduler_.back() = last.front();
 }
 
 TEST_F(RankFailureTest, AHungAgentIsFailedUnderHoldAndRejoinsWhenItWakes) {
   StartJob({"--rank_timeout=2s", "--on_rank_failure=hold"});
-  ASSERT_TRUE(AwaitOutput([] { return Ran(kVictim, kKillAfter); }))
+  ASSERT_TRUE(AwaitOutput([this] { return Ran(kVictim, kKillAfter); }))
       << reaper_.Describe(4000);
   // Stopped, not dead: its connection and plan stream stay open.
   ASSERT_EQ(kill(agents_[kVictim].pid, SIGSTOP), 0);
@@ -499,7 +281,7 @@ TEST_F(RankFailureTest, AHungAgentIsFailedUnderHoldAndRejoinsWhenItWakes) {
 
 TEST_F(RankFailureTest, AnAgentBackBeforeTheTimeoutRejoinsAtAStepBoundary) {
   StartJob({"--rank_timeout=60s", "--on_rank_failure=hold"});
-  ASSERT_TRUE(AwaitOutput([] { return Ran(kVictim, kKillAfter); }))
+  ASSERT_TRUE(AwaitOutput([this] { return Ran(kVictim, kKillAfter); }))
       << reaper_.Describe(4000);
   KillAgent(kVictim);
   const std::vector<int64_t> before = LoggedSteps(kVictim);
@@ -532,6 +314,78 @@ TEST_F(RankFailureTest, AnAgentBackBeforeTheTimeoutRejoinsAtAStepBoundary) {
     EXPECT_EQ(after[i], after[i - 1] + 1);
   }
   ExpectExactlyOnceWithoutShrink();
+}
+
+/// A job long enough that the three survivors are still at it when the
+/// woken rank is back: after a shrink they run a step in a few
+/// milliseconds, and the woken rank first runs out the abandoned steps it
+/// holds (some 200 ms in all on an idle machine; the rest of a job of
+/// kSteps was planned by then).
+class LongJobTest : public RankFailureTest {
+ protected:
+  LongJobTest() : RankFailureTest(/*steps=*/240) {}
+};
+
+TEST_F(LongJobTest, AHungAgentIsShrunkOutAndGrowsBackWhenItWakes) {
+  const int64_t steps = job_.shape.max_steps;
+  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
+  const auto [from, to] =
+      StopAndAwaitShrink(kVictim, kKillAfter, Stop::kHang, 1, kShrunk);
+  const nlohmann::json shrunk = CtlStatus("ctl-hung", address_);
+  const size_t lines_before = Logged(kVictim).size();
+  ASSERT_EQ(kill(agents_[kVictim].pid, SIGCONT), 0);
+  ASSERT_GE(from, 0) << reaper_.Describe(4000);
+  EXPECT_EQ(JsonNumber(shrunk["epoch"]), 1);
+  EXPECT_TRUE(shrunk["ranks"][kVictim].value("failed", false));
+  EXPECT_FALSE(shrunk["ranks"][kVictim].value("connected", true));
+  EXPECT_TRUE(absl::StrContains(
+      ReadFile(scheduler_[0].err_path),
+      absl::StrCat("rank ", kVictim, " did not report step ")));
+
+  // Woken, it registers again and the next step planned takes it back.
+  EXPECT_FALSE(
+      AwaitSchedulerLine(absl::StrCat("rank ", kVictim, " returned")).empty())
+      << reaper_.Describe(4000);
+  ExpectAgentsFinish();
+  const nlohmann::json done = CtlStatus("ctl-done", address_);
+  EXPECT_EQ(JsonNumber(done["epoch"]), 2);
+  EXPECT_EQ(JsonNumber(done["epoch_world_size"]), kWorld);
+  EXPECT_EQ(JsonNumber(done["completed_steps"]), steps);
+  EXPECT_EQ(JsonNumber(done["planned_steps"]), steps + (to - from));
+  EXPECT_EQ(JsonNumber(done["abandoned_steps"]), to - from);
+  EXPECT_EQ(JsonNumber(done["rank_failures"]), 1);
+  EXPECT_TRUE(done["ranks"][kVictim].value("member", false));
+
+  // What it ran after waking: the rest of an abandoned epoch-0 step at
+  // most (its report is discarded), then epoch 2 only, from the grow on.
+  const std::vector<Line> victim = Logged(kVictim);
+  int64_t grow = -1;
+  for (size_t i = lines_before; i < victim.size(); ++i) {
+    const Line& l = victim[i];
+    if (l.epoch == 0) {
+      EXPECT_GE(l.step, from);
+      EXPECT_LT(l.step, to);
+      continue;
+    }
+    EXPECT_EQ(l.epoch, 2) << "step " << l.step;
+    if (grow < 0) grow = l.step;
+  }
+  ASSERT_GE(grow, to) << "the woken rank trained no step of the grown world";
+  // Every rank's lines: epoch 0 before the shrink, 1 on the three up to
+  // the grow, 2 on the four from it.
+  for (int r = 0; r < kWorld; ++r) {
+    for (const Line& l : Logged(r)) {
+      const int64_t epoch = l.step < to ? 0 : l.step < grow ? 1 : 2;
+      EXPECT_EQ(l.epoch, epoch) << "rank " << r << " step " << l.step;
+      if (l.kind == "task" && epoch == 1) {
+        EXPECT_EQ(std::count(l.group.begin(), l.group.end(), kVictim), 0);
+      }
+    }
+  }
+  std::set<int64_t> skipped;
+  for (int64_t s = from; s < to; ++s) skipped.insert(s);
+  testing_process::ExpectEachJobStepOnce(
+      testing_process::SamplesByStep(Tasks(skipped)), JobSteps(), {{from, to}});
 }
 
 }  // namespace

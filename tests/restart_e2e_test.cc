@@ -48,9 +48,8 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/planner/plan.h"
-#include "scheduler/planner/step_builder.h"
 #include "tests/child_process.h"
+#include "tests/elastic_job.h"
 #include "tests/execution_log.h"
 #include "tests/job_inputs.h"
 
@@ -58,13 +57,13 @@ namespace dcp {
 namespace {
 
 using testing_process::Binary;
+using testing_process::BuilderSteps;
 using testing_process::Child;
 using testing_process::ChildReaper;
 using testing_process::CtlStatus;
 using testing_process::JsonNumber;
 using testing_process::LcgTrace;
 using testing_process::Poll;
-using testing_process::ParseTrace;
 using testing_process::ReadFile;
 using testing_process::SkewedLength;
 using testing_process::Spawn;
@@ -76,9 +75,6 @@ using testing_process::WriteFile;
 
 constexpr uint32_t kSeed = 20261201;
 constexpr int kWorld = 4;
-constexpr int kGpusPerNode = 2;
-constexpr int64_t kWindow = 32768;
-constexpr int64_t kTokensPerStep = 65536;
 constexpr uint64_t kJobSeed = 3;
 constexpr int kSteps = 30;
 constexpr int kKills = 4;
@@ -94,23 +90,24 @@ uint32_t Seed() {
 }
 
 /// The job: every scheduler incarnation gets the same flags.
+constexpr testing_process::JobShape kShape = {
+    /*world_size=*/kWorld, /*gpus_per_node=*/2,
+    /*window=*/32768,      /*tokens_per_step=*/65536,
+    /*max_steps=*/kSteps,  /*seed=*/kJobSeed,
+    /*lookahead_steps=*/4};
+
 struct Job {
   std::string trace_path;
   std::string model_path;
   std::string state_dir;
   std::vector<std::string> SchedulerFlags() const {
-    return {"--lengths=" + trace_path,
-            "--model_config=" + model_path,
-            absl::StrCat("--world_size=", kWorld),
-            absl::StrCat("--gpus_per_node=", kGpusPerNode),
-            absl::StrCat("--window=", kWindow),
-            absl::StrCat("--tokens_per_step=", kTokensPerStep),
-            absl::StrCat("--seed=", kJobSeed),
-            absl::StrCat("--max_steps=", kSteps),
-            "--lookahead_steps=4",
-            "--refit_every=4",
-            "--metrics_listen=",
-            "--state_dir=" + state_dir};
+    std::vector<std::string> flags =
+        testing_process::JobFlags(trace_path, model_path, kShape);
+    for (const char* more : {"--refit_every=4", "--metrics_listen="}) {
+      flags.push_back(more);
+    }
+    flags.push_back("--state_dir=" + state_dir);
+    return flags;
   }
 };
 
@@ -235,15 +232,6 @@ int64_t AwaitKillPoint(KillPoint point, int ahead, Child& current,
   return -1;
 }
 
-/// SIGKILLs `child` and reaps it.
-void KillNow(Child& child) {
-  ASSERT_EQ(kill(child.pid, SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
-  child.done = true;
-  EXPECT_TRUE(WIFSIGNALED(status));
-}
-
 std::string SessionOf(const std::string& log) {
   const size_t at = log.find("dcp-scheduler: session ");
   if (at == std::string::npos) return "";
@@ -251,60 +239,25 @@ std::string SessionOf(const std::string& log) {
   return rest.substr(0, rest.find(','));
 }
 
-/// One task as one rank logged it.
-using TaskLine = testing_process::ExecutionLine;
-
-std::vector<TaskLine> LoggedTasks(int r) {
-  std::vector<TaskLine> tasks;
-  for (TaskLine& line : testing_process::ReadExecutionLog(AgentLog(r))) {
-    if (line.kind == "task") tasks.push_back(std::move(line));
-  }
-  return tasks;
-}
-
 /// The agents' side: every rank trained every step once, in order; tasks
 /// agree across their ranks; every step ran exactly the builder's samples.
-void CheckTraining(const std::vector<int32_t>& lengths) {
+void CheckTraining(const std::string& trace) {
   std::vector<int64_t> all(kSteps);
   for (int s = 0; s < kSteps; ++s) all[s] = s;
-  struct Seen {
-    std::vector<int> group;
-    std::vector<int64_t> samples;
-    std::set<int> ranks;
-  };
-  std::map<std::pair<int64_t, int>, Seen> tasks;
+  std::vector<std::string> logs;
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(LoggedSteps(r), all) << "rank " << r;
-    for (const TaskLine& t : LoggedTasks(r)) {
-      auto [it, fresh] = tasks.try_emplace({t.step, t.task_index});
-      if (fresh) {
-        it->second.group = t.group;
-        it->second.samples = t.samples;
-      }
-      EXPECT_EQ(it->second.group, t.group) << "step " << t.step;
-      EXPECT_EQ(it->second.samples, t.samples) << "step " << t.step;
-      EXPECT_TRUE(it->second.ranks.insert(r).second)
-          << "rank " << r << " ran task " << t.task_index << " of step "
-          << t.step << " twice";
+    logs.push_back(AgentLog(r));
+  }
+  const auto tasks = testing_process::LoggedTasks(logs, {});
+  for (const auto& [key, task] : tasks) {
+    for (const auto& [r, runs] : task.runs) {
+      EXPECT_EQ(runs, 1) << "rank " << r << " ran task " << key.second
+                         << " of step " << key.first << " " << runs << " times";
     }
   }
-  std::map<int64_t, std::multiset<int64_t>> ran;
-  for (const auto& [key, seen] : tasks) {
-    EXPECT_EQ(std::set<int>(seen.group.begin(), seen.group.end()), seen.ranks)
-        << "step " << key.first << " task " << key.second;
-    ran[key.first].insert(seen.samples.begin(), seen.samples.end());
-  }
-  StepBuilderOptions options;
-  options.tokens_per_step = kTokensPerStep;
-  options.seed = kJobSeed;
-  absl::StatusOr<std::vector<std::vector<int64_t>>> expected =
-      BuildSteps(LengthView(lengths, kWindow), options, kSteps);
-  ASSERT_TRUE(expected.ok()) << expected.status();
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_EQ(ran[s], std::multiset<int64_t>((*expected)[s].begin(),
-                                             (*expected)[s].end()))
-        << "step " << s << ": a sample skipped or trained twice";
-  }
+  testing_process::ExpectEachJobStepOnce(testing_process::SamplesByStep(tasks),
+                                         BuilderSteps(trace, kShape), {});
 }
 
 /// The schedulers' side: every incarnation after the first resumed the
@@ -351,14 +304,15 @@ void CheckSchedulerLogs(const std::vector<Child>& scheduler) {
 std::vector<Child> StartAgents(const std::string& address, const Job& job) {
   std::vector<Child> agents;
   for (int r = 0; r < kWorld; ++r) {
-    agents.push_back(Spawn(
-        absl::StrCat("agent-", r),
-        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
-         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
-         "--mode=execute", "--model_config=" + job.model_path,
-         absl::StrCat("--token_scale=", kTokenScale),
-         "--rendezvous_timeout=60s",
-         "--log_file=" + AgentLog(r)}));
+    std::vector<std::string> argv =
+        testing_process::AgentArgs(address, r, kWorld, AgentLog(r));
+    for (const std::string& flag :
+         {std::string("--mode=execute"), "--model_config=" + job.model_path,
+          absl::StrCat("--token_scale=", kTokenScale),
+          std::string("--rendezvous_timeout=60s")}) {
+      argv.push_back(flag);
+    }
+    agents.push_back(Spawn(absl::StrCat("agent-", r), argv));
   }
   return agents;
 }
@@ -387,7 +341,7 @@ TEST(RestartE2eTest, SchedulerKilledAndRestartedCostsNoSample) {
     const int ahead = 1 + static_cast<int>(rng() % 3);
     const int64_t at = AwaitKillPoint(point, ahead, scheduler.back(), reaper);
     ASSERT_GE(at, 0);
-    KillNow(scheduler.back());
+    testing_process::KillAndReap(scheduler.back());
     absl::StrAppend(&points, " [", Name(point), " ", at, "]");
     ASSERT_GT(StartSchedulerIncarnation(absl::StrCat("scheduler-", k + 1),
                                         job.SchedulerFlags(), port, scheduler),
@@ -413,7 +367,7 @@ TEST(RestartE2eTest, SchedulerKilledAndRestartedCostsNoSample) {
   }
 
   CheckSchedulerLogs(scheduler);
-  CheckTraining(ParseTrace(trace));
+  CheckTraining(trace);
 }
 
 }  // namespace

@@ -16,15 +16,16 @@ set -euo pipefail
 declare -A PACKAGE_GROUPS=(
   # Bazel from Debian with the rule sets WORKSPACE points at, the C++
   # toolchain, and the system libraries of third_party/system_library.bzl
-  # (civetweb serves /metrics). prometheus (promtool and the server) is what
-  # the metrics tests validate against; run_demo.sh reads /metrics with curl.
-  # The security tests make their certificates with the openssl CLI.
+  # (libssl-dev: the TLS of /metrics). prometheus (promtool and the server)
+  # is what the metrics tests validate against; run_demo.sh reads /metrics
+  # with curl. The security and metrics TLS tests make their certificates
+  # with the openssl CLI.
   [build]="bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib
            g++ pkg-config
            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
            libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
            nlohmann-json3-dev libgloo-dev
-           libcivetweb-dev prometheus curl
+           libssl-dev prometheus curl
            git ca-certificates openssl"
   # libtorch (CPU, with c10d's Gloo process group) for the training path:
   # the model, sequence parallelism and the trainer under train/; gnuplot
@@ -33,9 +34,7 @@ declare -A PACKAGE_GROUPS=(
   # (~15x slower here) unless an optimised one is installed. BLIS (serial)
   # takes its place: it is reentrant, where Debian's serial OpenBLAS gives
   # wrong sgemm results when several threads of a process call it at once
-  # (ranks as threads in the tests), and its threaded builds carry 60 KB of
-  # thread-local storage, more than civetweb's worker threads' stacks
-  # leave room for (the metrics server then cannot start).
+  # (ranks as threads in the tests).
   [train]="libtorch-dev libblis4-serial gnuplot-nox"
   # The Python binding (client_lib/python) and its test: pybind11's headers,
   # the headers of Debian's python3, and python3-torch (the same libtorch

@@ -80,6 +80,23 @@ void IgnoreSigpipeIfDefault() {
   }
 }
 
+/// Why `rank` cannot ask for group `key` under `prefix`, if it cannot.
+absl::Status CheckGroupRequest(const CommKey& key, int rank,
+                               const std::string& prefix) {
+  if (absl::Status s = key.Validate(); !s.ok()) return s;
+  if (key.GroupRank(rank) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is not a member of group ", key.ToString()));
+  }
+  if (prefix.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", key.ToString(),
+                     " has no rendezvous prefix: plans must come from a "
+                     "scheduler (CommGroup.rendezvous_prefix)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct ProcessGroups::Group {
@@ -136,48 +153,48 @@ ProcessGroups::~ProcessGroups() {
 
 absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Get(
     const CommKey& key, const std::string& prefix) {
-  if (absl::Status s = key.Validate(); !s.ok()) return s;
-  if (key.GroupRank(options_.rank) < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", options_.rank, " is not a member of group ", key.ToString()));
+  if (absl::Status s = CheckGroupRequest(key, options_.rank, prefix); !s.ok()) {
+    return s;
   }
-  if (prefix.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group ", key.ToString(),
-                     " has no rendezvous prefix: plans must come from a "
-                     "scheduler (CommGroup.rendezvous_prefix)"));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    while (true) {
-      if (aborted_) {
-        return absl::AbortedError(
-            absl::StrCat("group ", key.ToString(), ": the groups are aborted"));
-      }
-      if (key.epoch < min_epoch_) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("group ", key.ToString(), ": epochs before ",
-                         min_epoch_, " are evicted"));
-      }
-      auto it = entries_.find(key);
-      if (it == entries_.end()) break;
-      if (!it->second.forming) return it->second.group->process_group.get();
-      // Another thread forms it: wait for that formation to end.
-      auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        auto found = entries_.find(key);
-        return aborted_ || found == entries_.end() || !found->second.forming;
-      };
-      mu_.Await(absl::Condition(&settled));
-    }
-    entries_[key].forming = true;
-  }
+  absl::StatusOr<c10d::ProcessGroup*> held = Claim(key);
+  if (!held.ok() || *held != nullptr) return held;
 
   const absl::Time start = options_.clock->Now();
   absl::StatusOr<std::unique_ptr<Group>> formed = Form(key, prefix);
   if (formed.ok() && options_.on_formed) {
     options_.on_formed(options_.clock->Now() - start);
   }
+  return Keep(key, std::move(formed));
+}
 
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const CommKey& key) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (aborted_) {
+      return absl::AbortedError(
+          absl::StrCat("group ", key.ToString(), ": the groups are aborted"));
+    }
+    if (key.epoch < min_epoch_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group ", key.ToString(), ": epochs before ", min_epoch_,
+                       " are evicted"));
+    }
+    auto it = entries_.find(key);
+    if (it == entries_.end()) break;
+    if (!it->second.forming) return it->second.group->process_group.get();
+    // Another thread forms it: wait for that formation to end.
+    auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto found = entries_.find(key);
+      return aborted_ || found == entries_.end() || !found->second.forming;
+    };
+    mu_.Await(absl::Condition(&settled));
+  }
+  entries_[key].forming = true;
+  return nullptr;
+}
+
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Keep(
+    const CommKey& key, absl::StatusOr<std::unique_ptr<Group>> formed) {
   std::unique_ptr<Group> discard;  // Destroyed after the lock is released.
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(key);

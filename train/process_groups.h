@@ -154,6 +154,17 @@ class ProcessGroups {
   ProcessGroups(RendezvousStoreInterface* store, Options options,
                 std::unique_ptr<Device> device);
 
+  // Claims the formation of `key` for this thread, waiting while another
+  // thread forms it: the group when it is formed already, null when this
+  // thread is to form it (its entry now says so).
+  absl::StatusOr<c10d::ProcessGroup*> Claim(const CommKey& key)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends this thread's formation of `key`: keeps the group `formed`, or
+  // drops the entry when the formation failed or the groups were aborted
+  // or the epoch evicted meanwhile.
+  absl::StatusOr<c10d::ProcessGroup*> Keep(
+      const CommKey& key, absl::StatusOr<std::unique_ptr<Group>> formed)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the group of `key` under `prefix` (no lock held).
   absl::StatusOr<std::unique_ptr<Group>> Form(const CommKey& key,
                                               const std::string& prefix);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "c10/util/Exception.h"
 #include "comm/comm_key.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
 
@@ -157,6 +158,67 @@ absl::StatusOr<RankPlan> WholeStep(const v1::StepPlan& plan) {
     task.clear_micro_steps();
   }
   return RankPlanFromStep(whole, 0);
+}
+
+/// A task's samples as they are packed, before they become tensors: token
+/// ids (a causal model) or features, `dim` values a token.
+struct PackBuffers {
+  PackBuffers(bool causal, int64_t total, int64_t dim) : causal(causal) {
+    if (causal) {
+      tokens_in.assign(total, 0);
+      tokens_out.assign(total, 0);
+    } else {
+      features_in.assign(total * dim, 0.0f);
+      features_out.assign(total * dim, 0.0f);
+    }
+  }
+
+  const bool causal;
+  std::vector<int64_t> tokens_in, tokens_out;
+  std::vector<float> features_in, features_out;
+};
+
+/// Copies sample `sample` of `length` tokens from `corpus` into `buffers`
+/// at token `offset`.
+absl::Status CopySample(const SyntheticCorpus& corpus, int64_t sample,
+                        int64_t length, int64_t offset, int64_t dim,
+                        PackBuffers& buffers) {
+  if (buffers.causal) {
+    ASSIGN_OR_RETURN(TokenSample s, corpus.Tokens(sample, length));
+    std::copy(s.inputs.begin(), s.inputs.end(),
+              buffers.tokens_in.begin() + offset);
+    std::copy(s.targets.begin(), s.targets.end(),
+              buffers.tokens_out.begin() + offset);
+  } else {
+    ASSIGN_OR_RETURN(FeatureSample s, corpus.Features(sample, length));
+    std::copy(s.features.begin(), s.features.end(),
+              buffers.features_in.begin() + offset * dim);
+    std::copy(s.targets.begin(), s.targets.end(),
+              buffers.features_out.begin() + offset * dim);
+  }
+  return absl::OkStatus();
+}
+
+/// Makes `packed`'s inputs and targets of `buffers` (`total` tokens).
+absl::Status PackTensors(const PackBuffers& buffers, int64_t total, int64_t dim,
+                         at::ScalarType dtype, PackedTask& packed) {
+  try {
+    if (buffers.causal) {
+      packed.inputs = at::tensor(buffers.tokens_in, at::kLong);
+      packed.targets = at::tensor(buffers.tokens_out, at::kLong);
+    } else {
+      packed.inputs = at::tensor(buffers.features_in, at::kFloat)
+                          .view({total, dim})
+                          .to(dtype);
+      packed.targets = at::tensor(buffers.features_out, at::kFloat)
+                           .view({total, dim})
+                           .to(dtype);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("packing the task failed: ", ExceptionText(e)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -323,13 +385,20 @@ absl::StatusOr<std::vector<int>> RankTrainer::WorldOf(
 }
 
 absl::Status RankTrainer::SyncState(c10d::ProcessGroup& world) {
-  // A trainer that took no step holds the seeded weights, as a fresh one.
+  // A trainer that took no step holds the seeded weights, as a fresh one. A
+  // rank that hung through an epoch holds an older state than the ranks
+  // that trained on: the state is the newest epoch's, whatever its steps.
   constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  const int64_t mine = steps_applied_ > 0 ? steps_applied_ : kNone;
+  const bool holds = steps_applied_ > 0;
+  at::Tensor newest = at::tensor({holds ? synced_epoch_ : -1}, at::kLong);
+  RETURN_IF_ERROR(AllReduce(world, newest, c10d::ReduceOp::MAX,
+                            "agreeing on the newest epoch a state is of"));
+  if (newest.item<int64_t>() == -1) return absl::OkStatus();
+  const bool candidate = holds && synced_epoch_ == newest.item<int64_t>();
+  const int64_t mine = candidate ? steps_applied_ : kNone;
   at::Tensor fewest = at::tensor({mine}, at::kLong);
   RETURN_IF_ERROR(AllReduce(world, fewest, c10d::ReduceOp::MIN,
                             "agreeing on the state to start the epoch from"));
-  if (fewest.item<int64_t>() == kNone) return absl::OkStatus();
   at::Tensor source = at::tensor(
       {mine == fewest.item<int64_t>() ? world.getRank() : kNone}, at::kLong);
   RETURN_IF_ERROR(AllReduce(world, source, c10d::ReduceOp::MIN,
@@ -562,15 +631,7 @@ absl::StatusOr<PackedTask> RankTrainer::Materialise(
   // zeros, which ShardTask cuts away.
   const int64_t begin = task.shard.begin;
   const int64_t end = begin + task.shard.real_tokens;
-  std::vector<int64_t> tokens_in, tokens_out;
-  std::vector<float> features_in, features_out;
-  if (causal) {
-    tokens_in.assign(total, 0);
-    tokens_out.assign(total, 0);
-  } else {
-    features_in.assign(total * dim, 0.0f);
-    features_out.assign(total * dim, 0.0f);
-  }
+  PackBuffers buffers(causal, total, dim);
   packed.cu_seqlens = {0};
   for (size_t i = 0; i < n; ++i) {
     const int64_t offset = packed.cu_seqlens.back();
@@ -582,42 +643,16 @@ absl::StatusOr<PackedTask> RankTrainer::Materialise(
     }
     packed.cu_seqlens.push_back(offset + length);
     if (offset >= end || offset + length <= begin) continue;
-    if (causal) {
-      ASSIGN_OR_RETURN(TokenSample sample,
-                       corpus_.Tokens(task.samples[i], length));
-      std::copy(sample.inputs.begin(), sample.inputs.end(),
-                tokens_in.begin() + offset);
-      std::copy(sample.targets.begin(), sample.targets.end(),
-                tokens_out.begin() + offset);
-    } else {
-      ASSIGN_OR_RETURN(FeatureSample sample,
-                       corpus_.Features(task.samples[i], length));
-      std::copy(sample.features.begin(), sample.features.end(),
-                features_in.begin() + offset * dim);
-      std::copy(sample.targets.begin(), sample.targets.end(),
-                features_out.begin() + offset * dim);
-    }
+    RETURN_IF_ERROR(
+        CopySample(corpus_, task.samples[i], length, offset, dim, buffers));
   }
   if (packed.cu_seqlens.back() != total) {
     return absl::InvalidArgumentError(
         absl::StrCat("the samples' lengths add up to ",
                      packed.cu_seqlens.back(), ", the task to ", total));
   }
-  try {
-    if (causal) {
-      packed.inputs = at::tensor(tokens_in, at::kLong);
-      packed.targets = at::tensor(tokens_out, at::kLong);
-    } else {
-      const at::ScalarType dtype = options_.model.dtype;
-      packed.inputs =
-          at::tensor(features_in, at::kFloat).view({total, dim}).to(dtype);
-      packed.targets =
-          at::tensor(features_out, at::kFloat).view({total, dim}).to(dtype);
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("packing the task failed: ", ExceptionText(e)));
-  }
+  RETURN_IF_ERROR(
+      PackTensors(buffers, total, dim, options_.model.dtype, packed));
   return packed;
 }
 
@@ -668,15 +703,13 @@ absl::StatusOr<StepStats> RankTrainer::Finish(const RankPlan& plan,
 }
 
 std::string RankTrainer::WeightsDigest() const {
-  uint64_t hash = 14695981039346656037ull;
+  Fnv1a64 hash;
   for (const at::Tensor& p : model_->parameters()) {
     const at::Tensor bytes = p.detach().contiguous();
-    const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
-    for (size_t i = 0; i < bytes.nbytes(); ++i) {
-      hash = (hash ^ data[i]) * 1099511628211ull;
-    }
+    hash.Update(absl::string_view(static_cast<const char*>(bytes.data_ptr()),
+                                  bytes.nbytes()));
   }
-  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
+  return absl::StrCat(absl::Hex(hash.digest(), absl::kZeroPad16));
 }
 
 void RankTrainer::ZeroGradients() {

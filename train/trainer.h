@@ -142,9 +142,11 @@ class RankTrainer {
   /// before the first of them comes back from the history), then makes the
   /// world's state one: the members
   /// agree, over the epoch's data-parallel group, on the member that took
-  /// the fewest optimizer steps among those that took any (a rank whose
-  /// last step was cut short by a failure holds the weights before it; a
-  /// rank that joins fresh holds none), and it broadcasts its parameters,
+  /// the fewest optimizer steps among those that took any and whose state
+  /// is of the newest epoch any member trained in (a rank whose last step
+  /// was cut short by a failure holds the weights before it; a rank that
+  /// hung through an epoch holds an older state; a rank that joins fresh
+  /// holds none), and it broadcasts its parameters,
   /// AdamW state and step count to the others. Without such a member every
   /// rank holds the seeded initial weights already.
   absl::StatusOr<StepStats> Step(const RankPlan& plan,

@@ -552,6 +552,43 @@ TEST_F(ElasticWorldTest, ARankThatReturnsFreshTakesTheWorldsState) {
   EXPECT_TRUE(Equal(Snapshot(*trainers_[0]), Snapshot(*trainers_[1])));
 }
 
+// Rank 1 hangs after epoch 0's step while ranks 0 and 2 train two steps of
+// epoch 1 without it; it wakes and is admitted back in epoch 2. It took the
+// fewest steps, but its state is epoch 0's: the grown world takes epoch
+// 1's, as one process that trained every step would hold.
+TEST_F(ElasticWorldTest, ARankThatHungThroughAnEpochTakesTheNewerState) {
+  Start();
+  const v1::StepPlan first =
+      InEpoch(MakePlan({{{0, 1}, {1, 2}, {6, 7}, 0}, {{2}, {3}, {9}, 0}}), 0, 0);
+  for (auto& [rank, stats] : RunWorld(first, {0, 1, 2}, trainers_)) {
+    ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+  }
+  const std::vector<v1::StepPlan> shrunk = {
+      InEpoch(MakePlan({{{0, 2}, {4, 5}, {8, 6}, 0}}), 1, 1),
+      InEpoch(MakePlan({{{0}, {6}, {3}, 0}, {{2}, {7}, {5}, 0}}), 1, 2)};
+  for (const v1::StepPlan& plan : shrunk) {
+    for (auto& [rank, stats] : RunWorld(plan, {0, 2}, trainers_)) {
+      ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+    }
+  }
+  ASSERT_LT(trainers_[1]->steps_applied(), trainers_[0]->steps_applied());
+  const v1::StepPlan grown =
+      InEpoch(MakePlan({{{0, 1}, {8}, {12}, 0}, {{2}, {9}, {5}, 0}}), 2, 3);
+  for (auto& [rank, stats] : RunWorld(grown, {0, 1, 2}, trainers_)) {
+    ASSERT_TRUE(stats.ok()) << rank << ": " << stats.status();
+  }
+  std::unique_ptr<RankTrainer> reference = MakeTrainer(Options(1, 0));
+  for (const v1::StepPlan* plan : {&first, &shrunk[0], &shrunk[1], &grown}) {
+    ASSERT_TRUE(reference->ReferenceStep(*plan).ok());
+  }
+  for (int r = 0; r < kJob; ++r) {
+    EXPECT_LE(MaxRelative(Snapshot(*trainers_[r]), Snapshot(*reference)),
+              1e-12)
+        << r;
+    EXPECT_EQ(trainers_[r]->steps_applied(), 4) << r;
+  }
+}
+
 // Rank 1 dies after all three applied step 1 but before it reported it:
 // the scheduler abandons step 1 and re-serves its samples in epoch 1. Its
 // first step says so (abandoned_from = 1), and ranks 0 and 2 go back to

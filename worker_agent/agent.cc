@@ -149,8 +149,9 @@ absl::Status Agent::StartStreams() {
   reader.on_step_received = options_.on_step_received;
   if (options_.warm_groups) {
     reader.on_groups = [this](int64_t epoch, int64_t step,
-                              const std::vector<v1::CommGroup>& groups) {
-      WarmGroups(epoch, step, groups);
+                              const std::vector<v1::CommGroup>& groups,
+                              const std::vector<int>& world) {
+      WarmGroups(epoch, step, groups, world);
     };
   }
   if (options_.run_profile) {
@@ -175,7 +176,9 @@ absl::Status Agent::StartCache() {
   SplitGroupFormer::Options former;
   former.rank = options_.rank;
   former.world_size = registration().world_size();
-  former.make_world = [this](int64_t epoch) { return MakeWorld(epoch); };
+  former.make_world = [this](int64_t epoch, const std::vector<int>& members) {
+    return MakeWorld(epoch, members);
+  };
   former.take_timeout = options_.rendezvous_timeout;
   former.clock = clock_;
   ASSIGN_OR_RETURN(former_, SplitGroupFormer::Create(std::move(former)));
@@ -208,10 +211,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeGlooCommunicator(
 }
 
 absl::StatusOr<std::unique_ptr<WorldCommunicator>> Agent::MakeWorld(
-    int64_t epoch) {
-  std::vector<int> ranks(registration().world_size());
-  std::iota(ranks.begin(), ranks.end(), 0);
-  ASSIGN_OR_RETURN(const CommKey world, CommKey::Make(std::move(ranks), epoch));
+    int64_t epoch, const std::vector<int>& members) {
+  ASSIGN_OR_RETURN(const CommKey world, CommKey::Make(members, epoch));
   const std::string prefix =
       absl::StrCat(registration().session_id(), "/e", epoch, "/world/");
   if (options_.make_world) {
@@ -226,7 +227,8 @@ absl::StatusOr<std::unique_ptr<WorldCommunicator>> Agent::MakeWorld(
 }
 
 void Agent::WarmGroups(int64_t epoch, int64_t step,
-                       const std::vector<v1::CommGroup>& groups) {
+                       const std::vector<v1::CommGroup>& groups,
+                       const std::vector<int>& world) {
   std::vector<CommGroupSpec> specs;
   std::vector<std::vector<int>> members;
   for (const v1::CommGroup& group : groups) {
@@ -240,8 +242,11 @@ void Agent::WarmGroups(int64_t epoch, int64_t step,
     specs.push_back(CommGroupSpec{*std::move(key), group.rendezvous_prefix()});
   }
   // Every step, also one without groups of this rank's: the world's ranks
-  // exchange their new groups at each step.
-  if (former_ != nullptr) former_->AddStep(epoch, step, std::move(members));
+  // exchange their new groups at each step, on a world of the step's
+  // members (after a shrink, without the failed ranks).
+  if (former_ != nullptr) {
+    former_->AddStep(epoch, step, std::move(members), world);
+  }
   if (!specs.empty()) cache_->Warm(specs).IgnoreError();
 }
 

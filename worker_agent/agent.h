@@ -143,9 +143,9 @@ class Agent {
   /// other collectives (after the step's tasks). It meets under
   /// "<session>/e<epoch>/dp" in the scheduler's store and is cached apart
   /// from the plans' groups of the same members (`CommPurpose`); on NCCL it
-  /// is split off the epoch's world as the epoch's first step arrives (that
-  /// world still spans every rank of the job: NCCL does not follow a shrink
-  /// yet). Owned by the agent; host or device memory as for `Group`.
+  /// is split off the epoch's world (which spans the same members) as the
+  /// epoch's first step arrives. Owned by the agent; host or device memory
+  /// as for `Group`.
   /// FAILED_PRECONDITION in a world of one rank.
   ///
   /// Once a step of a later epoch has been handed out, the next `NextStep`,
@@ -215,12 +215,16 @@ class Agent {
   /// scheduler's store.
   absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
       const CommKey& key, const std::string& prefix);
-  /// The world communicator of `epoch` the NCCL path splits groups from.
-  absl::StatusOr<std::unique_ptr<WorldCommunicator>> MakeWorld(int64_t epoch);
+  /// The world communicator of `epoch` over `members` (the epoch's world)
+  /// the NCCL path splits groups from.
+  absl::StatusOr<std::unique_ptr<WorldCommunicator>> MakeWorld(
+      int64_t epoch, const std::vector<int>& members);
   /// Queues the groups of a step just received for warm-up (and, on NCCL,
-  /// hands the step to the former).
+  /// hands the step and its `world`, `RankStep.world_ranks`, to the
+  /// former).
   void WarmGroups(int64_t epoch, int64_t step,
-                  const std::vector<v1::CommGroup>& groups);
+                  const std::vector<v1::CommGroup>& groups,
+                  const std::vector<int>& world);
   /// The epoch of the last step handed out (the registration's before any):
   /// the one groups are formed for. UNAVAILABLE after `Shutdown`. Releases
   /// the communicators of earlier epochs.

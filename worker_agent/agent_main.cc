@@ -48,7 +48,9 @@
 // own, because Debian's libtorch is CPU-only, so it takes auto or gloo.
 //
 // --metrics_listen=HOST:PORT serves Prometheus metrics (dcp_agent_*, listed
-// in README.md) on http://HOST:PORT/metrics; off by default.
+// in README.md) on http://HOST:PORT/metrics (https:// with
+// --metrics_tls_cert/--metrics_tls_key, client certificates of
+// --metrics_tls_ca required); off by default.
 //
 // The connection to the scheduler is plaintext only to loopback (or with
 // --insecure): --tls_ca turns TLS on (the scheduler's certificate must chain
@@ -84,6 +86,7 @@
 #include "common/grpc_credentials.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
+#include "common/metrics/metrics_tls_flags.h"
 #include "common/model_spec.h"
 #include "common/process_memory.h"
 #include "common/security_flags.h"
@@ -159,8 +162,9 @@ ABSL_FLAG(bool, report_stream, true,
           "Send timing reports on one StreamReports stream (false: a "
           "ReportTimings call per step).");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "host:port serving Prometheus metrics on /metrics (IPv4 or "
-          "localhost; port 0 picks a free port); empty: no metrics.");
+          "host:port serving Prometheus metrics on /metrics (IPv4, "
+          "localhost or [IPv6]; port 0 picks a free port; HTTPS with "
+          "--metrics_tls_cert/--metrics_tls_key); empty: no metrics.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "Write the bound metrics port to this file once serving.");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Minutes(10),
@@ -361,10 +365,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
   MetricsHttpServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_metrics_listen);
   options.registry = registry;
+  options.tls = MetricsTlsOptionsFromFlags();
   ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> server,
                    MetricsHttpServer::Start(options));
-  std::fprintf(stderr, "%s dcp-agent rank %d: metrics on http://%s/metrics\n",
-               Now().c_str(), rank, server->address().c_str());
+  std::fprintf(stderr, "%s dcp-agent rank %d: metrics on %s\n", Now().c_str(),
+               rank, server->url().c_str());
   if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_metrics_port_file),
                                         absl::StrCat(server->port(), "\n")));
@@ -529,6 +534,8 @@ int main(int argc, char** argv) {
       "[--learning_rate=LR]\n"
       "    [--comm_backend=auto|gloo|nccl] [--gpu=G]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]\n"
+      "    [--metrics_tls_cert=PEM --metrics_tls_key=PEM "
+      "[--metrics_tls_ca=PEM]]\n"
       "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
       "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);

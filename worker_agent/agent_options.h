@@ -144,8 +144,10 @@ struct AgentOptions {
   /// that do not complete within `rendezvous_timeout` abort their
   /// communicator.
   CommBackend comm_backend = CommBackend::kAuto;
-  /// Builds rank `rank`'s world communicator `world` (ranks 0..n-1, the
-  /// epoch's) meeting the others under `prefix` in `store` (the scheduler's
+  /// Builds global rank `rank`'s world communicator `world` (the epoch's
+  /// members: every rank of the job, or after a shrink the ranks not
+  /// failed; rank i of the world is `world.ranks[i]`) meeting the others
+  /// under `prefix` in `store` (the scheduler's
   /// store). Set: the agent's groups are split from these worlds, whatever
   /// `comm_backend` says: the NCCL path's logic over another transport
   /// (tests run it on the CPU with `FakeWorld`). Empty: NCCL worlds

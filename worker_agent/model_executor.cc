@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/process_memory.h"
+#include "common/profile_point.h"
 #include "common/status_macros.h"
 #include "train/process_groups.h"
 #include "train/rank_plan.h"
@@ -188,8 +189,6 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
   v1::Profile profile;
   const int heads = options_.model.heads;
   int64_t sample = 0;
-  int largest = 0;
-  for (int p : request.group_sizes()) largest = std::max(largest, p);
   for (int p : request.group_sizes()) {
     const std::string where = absl::StrCat("profile, group size ", p);
     if (p < 1 || heads % p != 0) {
@@ -206,18 +205,10 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
     }
     const bool reports = group == nullptr || group->ranks(0) == options_.rank;
     for (int64_t length : request.lengths()) {
-      // Long lengths only on the largest group (all_groups_up_to_length).
-      if (request.all_groups_up_to_length() > 0 &&
-          length > request.all_groups_up_to_length() && p != largest) {
-        continue;
-      }
       for (int i = 0; i < request.recompute_size(); ++i) {
+        // The scheduler expects the points of the same rule, no others.
+        if (!ProfilePointMeasured(request, length, p, i)) continue;
         const double recompute = request.recompute(i);
-        // Only the points whose tokens fit a GPU (one cap per ratio).
-        if (request.max_tokens_per_gpu_size() == request.recompute_size() &&
-            length > request.max_tokens_per_gpu(i) * p) {
-          continue;
-        }
         absl::StatusOr<v1::ProfileEntry> entry =
             ProfilePoint(request, group, length, recompute, sample++);
         if (!entry.ok()) {

@@ -8,6 +8,7 @@
 #include "grpcpp/client_context.h"
 #include "common/backoff.h"
 #include "common/rpc_timeout.h"
+#include "common/status_macros.h"
 
 namespace dcp {
 namespace {
@@ -300,24 +301,29 @@ bool ReportSender::Undelivered(const absl::Status& status) const {
 
 absl::Status ReportSender::Keep(const v1::TimingReport& report,
                                 absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  if (cancelled_) return status;
-  if (static_cast<int64_t>(kept_.size()) >= options_.max_pending_reports) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the scheduler is unreachable and ", kept_.size(),
-        " reports wait for it already (the agent's max_pending_reports); "
-        "step ", report.step(), ": ", status.message()));
-  }
-  if (options_.spool != nullptr) {
-    if (absl::Status spooled = options_.spool->Append(report); !spooled.ok()) {
-      return spooled;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return status;
+    if (static_cast<int64_t>(kept_.size()) >= options_.max_pending_reports) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the scheduler is unreachable and ", kept_.size(),
+          " reports wait for it already (the agent's max_pending_reports); "
+          "step ", report.step(), ": ", status.message()));
+    }
+    // Written under the lock, so that the spool holds the reports in the
+    // order of `kept_`: a settle there is of the oldest.
+    if (options_.spool != nullptr) {
+      RETURN_IF_ERROR(options_.spool->Append(report));
+    }
+    kept_.push_back(report);
+    if (!resender_.joinable()) {
+      resender_ = std::thread([this] { ResendKept(); });
     }
   }
-  kept_.push_back(report);
-  if (!resender_.joinable()) {
-    resender_ = std::thread([this] { ResendKept(); });
-  }
-  return absl::OkStatus();
+  // Durable before the trainer hears OK; the fdatasync, slow on a busy
+  // disk, outside the lock that the streams' callbacks take.
+  return options_.spool != nullptr ? options_.spool->Sync()
+                                   : absl::OkStatus();
 }
 
 bool ReportSender::AwaitFirstRegistration() {
@@ -346,20 +352,24 @@ void ReportSender::ResendKept() {
     }
     // The blocking path: the stream, then unary calls with retries.
     const absl::Status status = Report(report);
-    const bool again = !status.ok() && Undelivered(status);
-    absl::MutexLock lock(&mu_);
-    if (!again) {
-      // Taken, or refused for good (a stale epoch): not kept either way.
-      kept_.pop_front();
-      // One not settled is sent again after a restart: ALREADY_EXISTS.
-      if (options_.spool != nullptr) {
-        options_.spool->SettleOldest().IgnoreError();
-      }
-      backoff.Reset();
+    if (!status.ok() && Undelivered(status)) {
+      absl::MutexLock lock(&mu_);
+      clock_->AwaitWithTimeout(&mu_, absl::Condition(&cancelled_),
+                               backoff.Next());
       continue;
     }
-    clock_->AwaitWithTimeout(&mu_, absl::Condition(&cancelled_),
-                             backoff.Next());
+    // Taken, or refused for good (a stale epoch): not kept either way.
+    {
+      absl::MutexLock lock(&mu_);
+      kept_.pop_front();
+    }
+    // Settled (and synced) outside the lock: only this thread settles, so
+    // in the order of `kept_`. One not settled is sent again after a
+    // restart: ALREADY_EXISTS.
+    if (options_.spool != nullptr) {
+      options_.spool->SettleOldest().IgnoreError();
+    }
+    backoff.Reset();
   }
 }
 

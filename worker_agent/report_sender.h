@@ -62,9 +62,10 @@ struct ReportSenderOptions {
 /// order through `Report`, backing off while the scheduler stays away.
 /// Past the bound, RESOURCE_EXHAUSTED. Kept reports not delivered by
 /// `Cancel` are lost (`pending()` says how many), unless a `spool` holds
-/// them: then a report is kept only once written there (else the spool's
-/// error is the answer), settled there once delivered, and an agent
-/// started again on the spool delivers them.
+/// them: then a report is answered OK only once durable there (else the
+/// spool's error is the answer; one written but not made durable is still
+/// delivered while the agent runs), settled there once delivered, and an
+/// agent started again on the spool delivers them.
 ///
 /// Thread-safe. Borrows the stub and the registration, which must outlive
 /// it. Shut down in order: `Cancel` (refuse, end back-offs), `CloseStreams`

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/record_log.h"
 #include "proto/scheduler_service.pb.h"
 
 namespace dcp {
@@ -25,20 +26,17 @@ namespace dcp {
 /// counts as delivered. So a report reaches the scheduler at least once
 /// and is counted there once.
 ///
-/// The file, `<dir>/reports-rank<rank>.spool`, is append-only and each
-/// record is fdatasync'd before the call returns:
-///   "DCPSPOOL" | records, each
-///   u32 length (little-endian) | u64 FNV-1a of the body | body
-/// where the body is 'R' and a serialized `TimingReport` (kept) or 'S'
+/// The file, `<dir>/reports-rank<rank>.spool`, is a record log
+/// (common/record_log.h) with the header "DCPSPOOL", appended to only:
+/// each record's body is 'R' and a serialized `TimingReport` (kept) or 'S'
 /// (the oldest kept one is settled). A torn or garbled record (a crash
 /// mid-write) ends what is trusted: it and what follows are cut off at
 /// `Open` and named in `tail_problem()`. Once every kept report is settled
 /// the file is cut back to its header, so it stays as small as the
 /// outage's backlog.
 ///
-/// (The scheduler's `scheduler/control/record_log` is the same kind of
-/// log with CRC-32C; worker_agent may not depend on scheduler/, so this
-/// small framing stands apart until that log moves to common/.)
+/// Writes are durable once `Sync` returned: `Append` only writes, so that a
+/// caller can order its appends under its own lock and sync after it.
 ///
 /// Thread-safe.
 ///
@@ -65,33 +63,45 @@ class ReportSpool {
   const std::string& tail_problem() const { return tail_problem_; }
   const std::string& path() const { return path_; }
 
-  /// Adds `report`; durable once OK. UNAVAILABLE naming the file when it
-  /// cannot be written (the file is cut back to what it held), and
-  /// FAILED_PRECONDITION after a write that could not be undone.
+  /// Adds `report` after the ones added before; durable once a later
+  /// `Sync` returned OK. UNAVAILABLE naming the file when it cannot be
+  /// written (the file is cut back to what it held, when it can be). A
+  /// failed write or `Sync` breaks the spool: from then on every call
+  /// but `unsettled` answers FAILED_PRECONDITION and writes nothing.
   absl::Status Append(const v1::TimingReport& report) ABSL_LOCKS_EXCLUDED(mu_);
-  /// Settles the oldest report not yet settled (recovered ones first).
-  /// FAILED_PRECONDITION when none is; errors as `Append`.
-  absl::Status SettleOldest() ABSL_LOCKS_EXCLUDED(mu_);
+  /// Settles the oldest report not yet settled (recovered ones first), and
+  /// syncs. FAILED_PRECONDITION when none is; errors as `Append` and
+  /// `Sync`.
+  absl::Status SettleOldest() ABSL_LOCKS_EXCLUDED(sync_mu_, mu_);
+  /// Makes every append and settle so far durable (fdatasync), without
+  /// holding up `Append` meanwhile. UNAVAILABLE when it fails, which breaks
+  /// the spool: what the kernel failed to write may be gone from its
+  /// cache, and a later fdatasync would not say so.
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(sync_mu_, mu_);
   /// Reports appended or recovered and not settled.
   int64_t unsettled() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  ReportSpool(std::string path, int fd, int64_t size,
+  ReportSpool(std::string path, RecordLogWriter log,
               std::vector<v1::TimingReport> recovered,
               std::string tail_problem);
 
-  /// Writes one record with `body` and syncs it.
+  /// Appends one record with `body`.
   absl::Status Write(absl::string_view body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const std::vector<v1::TimingReport> recovered_;
   const std::string tail_problem_;
 
+  /// Held across a sync, so that a failed one breaks the spool before the
+  /// next starts: the kernel reports a lost write to one fdatasync only.
+  absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  const int fd_;
-  int64_t size_ ABSL_GUARDED_BY(mu_);
+  /// Appended to and cleared under `mu_`; synced under `sync_mu_` alone,
+  /// which RecordLogWriter allows.
+  RecordLogWriter log_;
   int64_t unsettled_ ABSL_GUARDED_BY(mu_);
-  /// Set when a failed write could not be cut off: nothing more is written.
+  /// Set after a failed write or sync: nothing more is written.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
 };
 

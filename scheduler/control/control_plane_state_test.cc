@@ -204,6 +204,30 @@ class ControlPlaneStateTest : public ::testing::Test {
     return open;
   }
 
+  /// `ShrinkOptions` with `--on_rank_failure=hold` instead.
+  ControlPlaneOptions HoldOptions(StateStoreInterface* store) {
+    ControlPlaneOptions o = ShrinkOptions(store);
+    o.on_rank_failure = RankFailurePolicy::kHold;
+    return o;
+  }
+
+  /// A control plane started with `options` (shrink) that lost rank 3
+  /// with steps 1..3 open (`OpenThreeStepsThenLoseRank3`, their plans in
+  /// `*open` when given) and planned steps 4..6 to re-serve them; null and
+  /// a test failure when it could not.
+  std::unique_ptr<ControlPlane> StartShrunk(
+      ControlPlaneOptions options, std::vector<v1::StepPlan>* open = nullptr) {
+    std::unique_ptr<ControlPlane> cp = Start(std::move(options));
+    if (cp == nullptr) return nullptr;
+    std::vector<v1::StepPlan> lost = OpenThreeStepsThenLoseRank3(*cp);
+    absl::StatusOr<int64_t> planned = cp->PlanAvailableSteps();
+    EXPECT_TRUE(planned.ok() && *planned == 3)
+        << "the shrink did not re-plan steps 1..3 as 4..6";
+    if (!planned.ok() || *planned != 3) return nullptr;
+    if (open != nullptr) *open = std::move(lost);
+    return cp;
+  }
+
   /// Whether a task or group of `plan` has rank `rank`.
   static bool HasRank(const v1::StepPlan& plan, int rank) {
     for (const v1::Task& task : plan.tasks()) {
@@ -521,12 +545,11 @@ TEST_F(ControlPlaneStateTest, AShrinkAndAGrowSurviveRestarts) {
     std::unique_ptr<FileStateStore> store = OpenStore(dir);
     ASSERT_NE(store, nullptr);
     options.state_store = store.get();
-    std::unique_ptr<ControlPlane> cp = Start(options);
-    ASSERT_NE(cp, nullptr);
-    const std::vector<v1::StepPlan> open = OpenThreeStepsThenLoseRank3(*cp);
-    before.abandoned_step2 = open[1];
     // The shrink abandons steps 1..3; steps 4..6 re-serve them.
-    ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
+    std::vector<v1::StepPlan> open;
+    std::unique_ptr<ControlPlane> cp = StartShrunk(options, &open);
+    ASSERT_NE(cp, nullptr);
+    before.abandoned_step2 = open[1];
     ReportStep(*cp, 4, {0, 1, 2});
     ReportStep(*cp, 5, {0});
     ASSERT_EQ(*cp->PlanAvailableSteps(), 1);  // step 7, new samples
@@ -615,10 +638,8 @@ TEST_F(ControlPlaneStateTest, AShrinkAndAGrowSurviveRestarts) {
 TEST_F(ControlPlaneStateTest, ARestartBeforeTheNewEpochsFirstPlanReservesAlike) {
   FakeStateStore store;
   ControlPlaneOptions options = ShrinkOptions(&store);
-  std::unique_ptr<ControlPlane> cp = Start(options);
+  std::unique_ptr<ControlPlane> cp = StartShrunk(options);
   ASSERT_NE(cp, nullptr);
-  OpenThreeStepsThenLoseRank3(*cp);
-  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
   std::vector<v1::StepPlan> replanned;
   for (int64_t s = 4; s <= 6; ++s) replanned.push_back(*cp->PlannedStep(s));
   cp.reset();
@@ -649,17 +670,14 @@ TEST_F(ControlPlaneStateTest, ARestartBeforeTheNewEpochsFirstPlanReservesAlike) 
 
 TEST_F(ControlPlaneStateTest, AShrunkJobIsRefusedUnderHoldNamingBoth) {
   FakeStateStore store;
-  std::unique_ptr<ControlPlane> cp = Start(ShrinkOptions(&store));
+  std::unique_ptr<ControlPlane> cp = StartShrunk(ShrinkOptions(&store));
   ASSERT_NE(cp, nullptr);
-  OpenThreeStepsThenLoseRank3(*cp);
-  ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
   ASSERT_EQ(cp->Status().epoch_world_size(), 3);
   cp.reset();
 
   FakeStateStore restarted(store.state());
-  ControlPlaneOptions hold = ShrinkOptions(&restarted);
-  hold.on_rank_failure = RankFailurePolicy::kHold;
-  const absl::Status refused = ControlPlane::Start(hold).status();
+  const absl::Status refused =
+      ControlPlane::Start(HoldOptions(&restarted)).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_THAT(refused.message(),
               HasSubstr("--on_rank_failure=shrink left on 3 of its 4 ranks "
@@ -680,9 +698,7 @@ TEST_F(ControlPlaneStateTest, AWholeWorldResumesUnderEitherPolicy) {
   ASSERT_GT(*cp->PlanAvailableSteps(), 0);
   cp.reset();
   FakeStateStore restarted(store.state());
-  ControlPlaneOptions hold = ShrinkOptions(&restarted);
-  hold.on_rank_failure = RankFailurePolicy::kHold;
-  EXPECT_NE(Start(hold), nullptr);
+  EXPECT_NE(Start(HoldOptions(&restarted)), nullptr);
 }
 
 TEST_F(ControlPlaneStateTest, ATornEpochRecordIsCutAndTheOldWorldResumes) {

@@ -56,7 +56,8 @@ struct ReadState {
 
 absl::StatusOr<ReadState> ReadLog(const std::string& path) {
   ReadState out;
-  absl::StatusOr<RecordLogContents> contents = ReadRecordLog(path);
+  absl::StatusOr<RecordLogContents> contents =
+      ReadRecordLog(path, kStateLogHeader);
   if (absl::IsNotFound(contents.status())) return out;
   RETURN_IF_ERROR(contents.status());
   out.recovery.existed = true;
@@ -119,7 +120,7 @@ absl::StatusOr<std::unique_ptr<FileStateStore>> FileStateStore::Open(
       !read.ok() ? absl::StatusOr<RecordLogWriter>(read.status())
       : read->recovery.existed
           ? RecordLogWriter::OpenForAppend(path, read->valid_bytes)
-          : RecordLogWriter::Create(path, {});
+          : RecordLogWriter::Create(path, kStateLogHeader, {});
   if (!writer.ok()) {
     close(lock_fd);
     return writer.status();
@@ -204,8 +205,8 @@ void FileStateStore::CompactIfDue() {
   const auto idle = [this]()
                         ABSL_NO_THREAD_SAFETY_ANALYSIS { return !syncing_; };
   mu_.Await(absl::Condition(&idle));
-  absl::StatusOr<RecordLogWriter> snapshot =
-      RecordLogWriter::Create(path_, Serialized(SnapshotRecords(live_)));
+  absl::StatusOr<RecordLogWriter> snapshot = RecordLogWriter::Create(
+      path_, kStateLogHeader, Serialized(SnapshotRecords(live_)));
   if (!snapshot.ok()) {
     // The old log is whole and still in use; try again after as much
     // growth again.

@@ -8,8 +8,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "scheduler/control/record_log.h"
+#include "common/record_log.h"
 #include "scheduler/control/state.pb.h"
 #include "scheduler/control/state_store.h"
 
@@ -37,8 +38,12 @@ struct StateRecovery {
   std::string tail_problem;
 };
 
+/// What "state.log" starts with: "DCPLOG" and its format version, 1
+/// (little-endian).
+inline constexpr absl::string_view kStateLogHeader("DCPLOG\1\0", 8);
+
 /// A `StateStoreInterface` on a directory: one append-only record log
-/// (record_log.h), "state.log", fsync'd before every `Write` returns, and a
+/// (common/record_log.h), "state.log", fsync'd before every `Write` returns, and a
 /// lock file ("LOCK", flock) that keeps a second scheduler off the
 /// directory. Concurrent writes share fsyncs (group commit): a write waits
 /// for at most the sync in progress and the one after it.

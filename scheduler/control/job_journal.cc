@@ -5,20 +5,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 
 namespace dcp {
 
 uint64_t LengthsDigest(const std::vector<int32_t>& lengths) {
-  uint64_t h = 0xcbf29ce484222325ULL;
+  Fnv1a64 hash;
   for (int32_t length : lengths) {
     const uint32_t v = static_cast<uint32_t>(length);
-    for (int i = 0; i < 4; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 0x100000001b3ULL;
-    }
+    const char bytes[4] = {static_cast<char>(v), static_cast<char>(v >> 8),
+                           static_cast<char>(v >> 16),
+                           static_cast<char>(v >> 24)};
+    hash.Update(absl::string_view(bytes, sizeof(bytes)));
   }
-  return h;
+  return hash.digest();
 }
 
 std::string ModelText(const ModelSpec& m) {

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/profile_point.h"
 #include "proto/scheduler_service.pb.h"
 #include "scheduler/control/control_events.h"
 #include "scheduler/planner/cost_model.h"
@@ -59,18 +60,6 @@ std::vector<int64_t> DefaultProfileLengths(int64_t window);
 /// above `kProfileAllGroupsUpToLength` only on the largest group size.
 void CompleteProfileGrid(const CostModel& model, int64_t window,
                          ProfileStageOptions& options);
-
-/// Whether the agents measure `length` on groups of `p` ranks at the
-/// request's recompute ratio `recompute_index` (its `max_tokens_per_gpu`;
-/// the agents apply the same rule).
-bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
-                      int recompute_index);
-
-/// Whether the agents measure that point: it fits, and its length is at most
-/// `all_groups_up_to_length` (when set) or `p` is the request's largest group
-/// size (the agents apply the same rule).
-bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
-                          int p, int recompute_index);
 
 /// The start-up "data profile" stage: which ranks still owe an answer to
 /// the ProfileRequest, and when the stage ends (every rank answered, or

@@ -23,6 +23,7 @@ bool RankLiveness::OnRegistered(int rank, absl::Time now) {
   Rank& r = ranks_[rank];
   const bool returned = r.failed;
   r.registered = true;
+  r.awaited_back = false;
   r.failed = false;
   r.last_heard = now;
   // A rank back (or a new process of it) gets a whole timeout to catch up.
@@ -69,6 +70,11 @@ int64_t RankLiveness::OverdueStep(const Rank& r, absl::Time now) const {
 std::string RankLiveness::FailureReason(int rank) const {
   const Rank& r = ranks_[rank];
   if (!r.failed) return "";
+  if (r.awaited_back) {
+    return absl::StrCat("rank ", rank, " did not register within ",
+                        absl::FormatDuration(options_.timeout),
+                        " (--rank_timeout) of the scheduler's restart");
+  }
   if (r.hung_step >= 0) {
     return absl::StrCat("rank ", rank, " did not report step ", r.hung_step,
                         " for ", absl::FormatDuration(options_.timeout),
@@ -84,12 +90,20 @@ void RankLiveness::RestoreFailed(int rank) {
   ranks_[rank].connected = false;
 }
 
+void RankLiveness::OnRestarted(int rank, absl::Time now) {
+  Rank& r = ranks_[rank];
+  if (r.failed || r.registered) return;
+  r.awaited_back = true;
+  r.connected = false;
+  r.last_heard = now;
+}
+
 std::vector<int> RankLiveness::Check(absl::Time now) {
   std::vector<int> failed;
   if (!enabled()) return failed;
   for (int rank = 0; rank < static_cast<int>(ranks_.size()); ++rank) {
     Rank& r = ranks_[rank];
-    if (!r.registered || r.failed) continue;
+    if (!(r.registered || r.awaited_back) || r.failed) continue;
     const bool gone = !r.connected && now - r.last_heard >= options_.timeout;
     const int64_t overdue = gone ? -1 : OverdueStep(r, now);
     if (!gone && overdue < 0) continue;

@@ -54,6 +54,18 @@ struct RankLivenessOptions {
 /// A failed rank stays failed until it registers again; a registration
 /// restarts the clocks of the steps it still owes.
 ///
+/// After a scheduler restart the books start afresh at the restart: no
+/// time from before it is kept (the times the reports came are not
+/// durable, and the outage was no rank's fault). The ranks of the restored
+/// world are owed a registration (`OnRestarted`): one that does not
+/// register within `timeout` of the restart is gone, as if its stream had
+/// ended then (a rank that died during the outage would otherwise hold the
+/// job for ever). The replayed reports count as made at the restart; no
+/// rank has registered again by then, and a registration restarts the
+/// clocks of what a rank owes, so a rank missing from a step the rest of
+/// its world reported before the crash owes it for `timeout` from its
+/// registration (the time before the crash and the outage never count).
+///
 /// Thread-compatible: `StepWindow` calls it under its own lock.
 ///
 ///   RankLiveness live({.world_size = 4, .timeout = absl::Seconds(10)});
@@ -89,6 +101,10 @@ class RankLiveness {
   /// A restart found `rank` out of the world (it had failed): failed until
   /// it registers, not counted as a new failure.
   void RestoreFailed(int rank);
+  /// The scheduler restarted at `now` with `rank` in its world: the rank
+  /// is owed a registration, and is gone if none comes within the timeout
+  /// (`FailureReason` says so). A no-op for a failed rank.
+  void OnRestarted(int rank, absl::Time now);
 
   /// The ranks declared failed at `now` that were not before (ascending).
   std::vector<int> Check(absl::Time now);
@@ -106,6 +122,9 @@ class RankLiveness {
  private:
   struct Rank {
     bool registered = false;
+    /// Restored by a restart and not registered since: owes a
+    /// registration from `last_heard`.
+    bool awaited_back = false;
     bool connected = false;
     bool failed = false;
     absl::Time last_heard = absl::InfinitePast();

@@ -197,6 +197,78 @@ TEST(RankLivenessUnregisteredTest, ARankThatNeverRegisteredIsNotFailed) {
   EXPECT_EQ(live.live_ranks(), 0);
 }
 
+// A scheduler restarted at 1000 s on a world of 4 (no rank registered
+// yet); the books of the crashed incarnation are gone.
+class RankLivenessRestartTest : public ::testing::Test {
+ protected:
+  RankLivenessRestartTest() : live_({4, kTimeout}) {
+    for (int r = 0; r < 4; ++r) live_.OnRestarted(r, clock_.Now());
+  }
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  RankLiveness live_;
+};
+
+TEST_F(RankLivenessRestartTest, ARankThatDoesNotComeBackFailsAtTheTimeout) {
+  for (int r : {0, 1, 3}) {
+    live_.OnRegistered(r, clock_.Now() + absl::Seconds(r));
+    live_.OnStreamOpened(r, clock_.Now() + absl::Seconds(r));
+  }
+  EXPECT_EQ(live_.live_ranks(), 3);  // Owed, not live.
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(2));
+  EXPECT_EQ(live_.FailureReason(2),
+            "rank 2 did not register within 10s (--rank_timeout) of the "
+            "scheduler's restart");
+  EXPECT_EQ(live_.failures(), 1);
+  // Late, it is a returning rank like any other.
+  EXPECT_TRUE(live_.OnRegistered(2, clock_.Now()));
+  EXPECT_EQ(live_.live_ranks(), 4);
+}
+
+TEST_F(RankLivenessRestartTest, AReplayedStepIsOwedFromTheRestart) {
+  // Before the crash ranks 0..2 reported step 7 and rank 3 did not; the
+  // replay records their reports at the restart.
+  for (int r = 0; r < 4; ++r) {
+    live_.OnRegistered(r, clock_.Now());
+    live_.OnStreamOpened(r, clock_.Now());
+  }
+  for (int r : {0, 1, 2}) live_.OnReported(r, 7, clock_.Now());
+  live_.OnStepAwaiting(7, {3}, clock_.Now());
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+  EXPECT_THAT(live_.FailureReason(3), ::testing::HasSubstr("step 7"));
+}
+
+TEST_F(RankLivenessRestartTest, ARankBackLateAfterTheRestartGetsAWholeTimeout) {
+  clock_.Advance(kTimeout / 2);
+  // It registers half a timeout after the restart: its replayed debt's
+  // clock starts again at its registration.
+  live_.OnStepAwaiting(7, {1}, clock_.Now() - kTimeout / 2);
+  EXPECT_FALSE(live_.OnRegistered(1, clock_.Now()));
+  live_.OnStreamOpened(1, clock_.Now());
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(0, 2, 3));
+  EXPECT_FALSE(live_.failed(1));
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(1));
+}
+
+TEST(RankLivenessRestoredFailedTest, AFailedRankIsNotOwedARegistration) {
+  FakeClock clock;
+  RankLiveness live({2, absl::Seconds(1)});
+  live.RestoreFailed(1);
+  live.OnRestarted(1, clock.Now());
+  live.OnRestarted(0, clock.Now());
+  clock.Advance(absl::Hours(1));
+  EXPECT_THAT(live.Check(clock.Now()), ElementsAre(0));
+  EXPECT_EQ(live.failures(), 1);
+  EXPECT_TRUE(live.failed(1));
+}
+
 TEST(RankFailurePolicyTest, Names) {
   EXPECT_EQ(RankFailurePolicyName(RankFailurePolicy::kHold), "hold");
   EXPECT_EQ(RankFailurePolicyName(RankFailurePolicy::kShrink), "shrink");

@@ -4,14 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/control/file_state_store.h"
@@ -23,23 +21,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 2;
-
-std::string TmpDir(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-void Overwrite(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
 
 state::JobIdentity Job() {
   state::JobIdentity job;
@@ -403,7 +384,7 @@ void WriteAll(StateStoreInterface& store,
 }
 
 TEST(FileStateStoreTest, WhatWasWrittenIsRecovered) {
-  const std::string dir = TmpDir("round-trip");
+  const std::string dir = TestTmpPath("round-trip");
   {
     std::unique_ptr<FileStateStore> store = OpenStore(dir);
     ASSERT_NE(store, nullptr);
@@ -420,7 +401,7 @@ TEST(FileStateStoreTest, WhatWasWrittenIsRecovered) {
 }
 
 TEST(FileStateStoreTest, ATornTailIsReportedAndSkipped) {
-  const std::string dir = TmpDir("torn");
+  const std::string dir = TestTmpPath("torn");
   std::vector<state::StateRecord> records = History();
   {
     std::unique_ptr<FileStateStore> store = OpenStore(dir);
@@ -429,9 +410,9 @@ TEST(FileStateStoreTest, ATornTailIsReportedAndSkipped) {
   }
   // The last write (plan 3) torn by a crash: half of it reached the disk.
   const std::string path = FileStateStore::LogPath(dir);
-  const std::string whole = Slurp(path);
+  const std::string whole = ReadWholeFile(path);
   const size_t last = PlanRecord(3).SerializeAsString().size() + 8;
-  Overwrite(path, whole.substr(0, whole.size() - last / 2));
+  OverwriteFile(path, whole.substr(0, whole.size() - last / 2));
   records.pop_back();
   {
     std::unique_ptr<FileStateStore> store = OpenStore(dir);
@@ -449,7 +430,7 @@ TEST(FileStateStoreTest, ATornTailIsReportedAndSkipped) {
 }
 
 TEST(FileStateStoreTest, ACorruptRecordIsReportedAndNothingAfterItTrusted) {
-  const std::string dir = TmpDir("corrupt");
+  const std::string dir = TestTmpPath("corrupt");
   {
     std::unique_ptr<FileStateStore> store = OpenStore(dir);
     ASSERT_NE(store, nullptr);
@@ -457,9 +438,9 @@ TEST(FileStateStoreTest, ACorruptRecordIsReportedAndNothingAfterItTrusted) {
   }
   // Garble a byte of the last record's payload.
   const std::string path = FileStateStore::LogPath(dir);
-  std::string bytes = Slurp(path);
+  std::string bytes = ReadWholeFile(path);
   bytes[bytes.size() - 2] ^= 0x40;
-  Overwrite(path, bytes);
+  OverwriteFile(path, bytes);
   std::vector<state::StateRecord> trusted = History();
   trusted.pop_back();
   std::unique_ptr<FileStateStore> store = OpenStore(dir);
@@ -470,9 +451,9 @@ TEST(FileStateStoreTest, ACorruptRecordIsReportedAndNothingAfterItTrusted) {
 }
 
 TEST(FileStateStoreTest, AnotherLogIsRefused) {
-  const std::string dir = TmpDir("not-a-state");
+  const std::string dir = TestTmpPath("not-a-state");
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
-  Overwrite(FileStateStore::LogPath(dir), "not a log at all");
+  OverwriteFile(FileStateStore::LogPath(dir), "not a log at all");
   FileStateStoreOptions options;
   options.dir = dir;
   const absl::Status s = FileStateStore::Open(options).status();
@@ -481,7 +462,7 @@ TEST(FileStateStoreTest, AnotherLogIsRefused) {
 }
 
 TEST(FileStateStoreTest, OneProcessAtATime) {
-  const std::string dir = TmpDir("locked");
+  const std::string dir = TestTmpPath("locked");
   std::unique_ptr<FileStateStore> first = OpenStore(dir);
   ASSERT_NE(first, nullptr);
   FileStateStoreOptions options;
@@ -494,7 +475,7 @@ TEST(FileStateStoreTest, OneProcessAtATime) {
 }
 
 TEST(FileStateStoreTest, ARefusedRecordIsNotWritten) {
-  const std::string dir = TmpDir("refused");
+  const std::string dir = TestTmpPath("refused");
   {
     std::unique_ptr<FileStateStore> store = OpenStore(dir);
     ASSERT_NE(store, nullptr);
@@ -507,7 +488,7 @@ TEST(FileStateStoreTest, ARefusedRecordIsNotWritten) {
 }
 
 TEST(FileStateStoreTest, SnapshotsKeepTheLogSmall) {
-  const std::string dir = TmpDir("compact");
+  const std::string dir = TestTmpPath("compact");
   constexpr int64_t kCompactBytes = 4096;
   constexpr int kSteps = 500;
   std::vector<state::StateRecord> records = {JobRecord()};
@@ -535,7 +516,7 @@ TEST(FileStateStoreTest, SnapshotsKeepTheLogSmall) {
 }
 
 TEST(FileStateStoreTest, ConcurrentWritesAllSurvive) {
-  const std::string dir = TmpDir("concurrent");
+  const std::string dir = TestTmpPath("concurrent");
   constexpr int kThreads = 4;
   constexpr int kKeys = 50;
   {

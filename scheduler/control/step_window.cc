@@ -86,17 +86,7 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
     rank.last_seen = clock_->Now();
     if (liveness_.OnRegistered(request.rank(), rank.last_seen) &&
         returned != nullptr) {
-      RankFailureEvent& event = returned->emplace();
-      event.returned = request.rank();
-      event.policy =
-          std::string(RankFailurePolicyName(options_.on_rank_failure));
-      event.holding = Holding();
-      event.epoch = epoch_;
-      event.live_ranks = liveness_.live_ranks();
-      const std::vector<bool> next = NextMembers();
-      for (int r = 0; r < options_.world_size; ++r) {
-        if (next[r]) event.members.push_back(r);
-      }
+      *returned = ReturnEvent(request.rank());
     }
 
     response.set_session_id(options_.session_id);
@@ -109,6 +99,17 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
   }
   Call(old_wake);
   return response;
+}
+
+RankFailureEvent StepWindow::ReturnEvent(int rank) const {
+  RankFailureEvent event;
+  event.returned = rank;
+  event.policy = std::string(RankFailurePolicyName(options_.on_rank_failure));
+  event.holding = Holding();
+  event.epoch = epoch_;
+  event.live_ranks = liveness_.live_ranks();
+  event.members = RanksOf(NextMembers());
+  return event;
 }
 
 int64_t StepWindow::NextUnreported(int rank) const {

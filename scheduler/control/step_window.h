@@ -258,13 +258,18 @@ class StepWindow {
   /// the steps after them, in order (as planned: prefixes are filled here),
   /// its abandoned steps still abandoned and to re-serve. Ranks outside the
   /// world count as failed until they register (then a grow takes them
-  /// in). Drains at once when the plans reach `max_steps`.
+  /// in); with failure detection, the world's ranks of a job that had
+  /// planned steps must register within the rank timeout of the restore,
+  /// and the replayed reports count as made at it (`RankLiveness`, "after
+  /// a scheduler restart"). Drains at once when the plans reach
+  /// `max_steps`.
   /// FAILED_PRECONDITION once anything was planned or a stream opened, or
   /// for a kept step out of order or a rank outside the world.
   absl::Status Restore(RestoredWindow restored) ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Records a report accepted before a restart (`Restore` first): as
-  /// `RecordTimings`, but the sender need not have registered.
+  /// `RecordTimings`, but the sender need not have registered; for the
+  /// liveness clocks it came now.
   absl::StatusOr<RecordedTimings> ReplayTimings(const v1::TimingReport& report)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -368,6 +373,9 @@ class StepWindow {
   /// The world of the next step: the current one, or under shrink every
   /// rank not failed.
   std::vector<bool> NextMembers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the return of failed rank `rank`, registered again, does.
+  RankFailureEvent ReturnEvent(int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Under shrink: abandons the window's steps for a new epoch of the
   /// ranks not failed, once `persist` kept the change; fills `event`.
   void ShrinkLocked(

@@ -80,8 +80,8 @@ v1::TimingReport ReportOf(const v1::StepPlan& plan, int rank) {
 
 class StepWindowFailureTest : public ::testing::Test {
  protected:
-  std::unique_ptr<StepWindow> Make(RankFailurePolicy policy,
-                                   int64_t max_steps = 0) {
+  /// A window of `kWorld` ranks detecting failures under `policy`.
+  StepWindowOptions Options(RankFailurePolicy policy, int64_t max_steps = 0) {
     StepWindowOptions o;
     o.session_id = "sess";
     o.world_size = kWorld;
@@ -93,7 +93,13 @@ class StepWindowFailureTest : public ::testing::Test {
     o.clock = &clock_;
     o.rank_timeout = kTimeout;
     o.on_rank_failure = policy;
-    auto window = std::make_unique<StepWindow>(o);
+    return o;
+  }
+
+  /// `Options` as a window every rank registered with and streams from.
+  std::unique_ptr<StepWindow> Make(RankFailurePolicy policy,
+                                   int64_t max_steps = 0) {
+    auto window = std::make_unique<StepWindow>(Options(policy, max_steps));
     for (int r = 0; r < kWorld; ++r) {
       EXPECT_TRUE(window->Register(Hello(r)).ok());
       absl::StatusOr<int64_t> id = window->OpenStream(r, "sess", 0, [] {});
@@ -433,6 +439,68 @@ TEST_F(StepWindowFailureTest, ShrinkRefusesAgentsThatCannotFollowIt) {
   EXPECT_THAT(refused.message(), HasSubstr("--on_rank_failure=hold"));
   std::unique_ptr<StepWindow> hold = Make(RankFailurePolicy::kHold);
   EXPECT_TRUE(hold->Register(fixed).ok());
+}
+
+class StepWindowRestartTest : public StepWindowFailureTest {
+ protected:
+  /// The first incarnation plans what it can and hears step 0 from
+  /// `reported`; it crashes, and a long outage later a second one restores
+  /// its steps and replays its reports (no rank registered yet).
+  std::unique_ptr<StepWindow> RestartAfterStep0(
+      const std::vector<int>& reported) {
+    std::unique_ptr<StepWindow> before = Make(RankFailurePolicy::kShrink);
+    RestoredWindow restored;
+    restored.members = {0, 1, 2, 3};
+    const std::vector<v1::StepPlan> plans = PlanAll(*before);
+    for (const v1::StepPlan& plan : plans) {
+      restored.steps.push_back({plan, {0, 1, 2, 3}, -1});
+    }
+    clock_.Advance(100 * kTimeout);
+    auto after =
+        std::make_unique<StepWindow>(Options(RankFailurePolicy::kShrink));
+    EXPECT_TRUE(after->Restore(std::move(restored)).ok());
+    for (int r : reported) {
+      EXPECT_TRUE(after->ReplayTimings(ReportOf(plans[0], r)).ok()) << r;
+    }
+    return after;
+  }
+
+  void RegisterAndStream(StepWindow& window, const std::vector<int>& ranks) {
+    for (int r : ranks) {
+      ASSERT_TRUE(window.Register(Hello(r)).ok());
+      ASSERT_TRUE(window.OpenStream(r, "sess", 0, [] {}).ok());
+    }
+  }
+};
+
+TEST_F(StepWindowRestartTest, AMemberThatDoesNotRegisterAgainFails) {
+  std::unique_ptr<StepWindow> window = RestartAfterStep0({0, 1, 2, 3});
+  clock_.Advance(kTimeout / 2);
+  RegisterAndStream(*window, {0, 1, 2});
+  clock_.Advance(kTimeout / 2 - absl::Milliseconds(1));
+  EXPECT_FALSE(window->CheckLiveness().has_value());
+  clock_.Advance(absl::Milliseconds(1));
+  std::optional<RankFailureEvent> e = window->CheckLiveness();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_THAT(e->failed, ElementsAre(3));
+  EXPECT_THAT(e->reasons[0], HasSubstr("did not register within 10s"));
+  EXPECT_EQ(e->epoch, 1);
+  EXPECT_THAT(e->members, ElementsAre(0, 1, 2));
+}
+
+TEST_F(StepWindowRestartTest, AReplayedStepIsOwedFromTheRankRegistering) {
+  // Step 0 was reported by 0..2 a hundred timeouts ago: that time does not
+  // count against rank 3, which owes it from its registration.
+  std::unique_ptr<StepWindow> window = RestartAfterStep0({0, 1, 2});
+  clock_.Advance(kTimeout / 2);
+  RegisterAndStream(*window, {0, 1, 2, 3});
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_FALSE(window->CheckLiveness().has_value());
+  clock_.Advance(absl::Milliseconds(1));
+  std::optional<RankFailureEvent> e = window->CheckLiveness();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_THAT(e->failed, ElementsAre(3));
+  EXPECT_THAT(e->reasons[0], HasSubstr("did not report step 0"));
 }
 
 }  // namespace

@@ -143,8 +143,14 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
   window_ = std::move(records);
   epoch_ = restored.epoch;
   members_ = std::move(members);
+  // A job under way owes its members' registrations from the restart on.
+  const absl::Time restarted = clock_->Now();
   for (int r = 0; r < options_.world_size; ++r) {
-    if (!members_[r]) liveness_.RestoreFailed(r);
+    if (!members_[r]) {
+      liveness_.RestoreFailed(r);
+    } else if (planned_steps_ > 0) {
+      liveness_.OnRestarted(r, restarted);
+    }
   }
   reserve_ = std::move(restored.reserve);
   abandoned_ranges_ = std::move(restored.abandoned);

@@ -204,10 +204,10 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
               trail.c_str());
 }
 
-absl::Status Run() {
-  const std::string wd = BazelWorkingDirectory();
-  ASSIGN_OR_RETURN(const ClusterSpec prior,
-                   LoadClusterFlag(absl::GetFlag(FLAGS_cluster_config), wd));
+// The learned-model evaluation's options from the flags (its evaluation
+// is set a scenario at a time).
+absl::StatusOr<LearnedModelOptions> LearnedOptionsFromFlags(
+    const std::string& wd) {
   LearnedModelOptions learned;
   ASSIGN_OR_RETURN(learned.prior,
                    LoadClusterFlag(absl::GetFlag(FLAGS_learned_prior), wd));
@@ -218,14 +218,61 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         "--profile_noise and --online_steps must be >= 0");
   }
+  return learned;
+}
+
+// Whether --scenarios names `sc` ("all" names every one).
+bool Wanted(const Scenario& sc) {
+  const std::string flag = absl::GetFlag(FLAGS_scenarios);
+  if (flag == "all") return true;
+  const std::vector<std::string> wanted = absl::StrSplit(flag, ',');
+  return std::find(wanted.begin(), wanted.end(), sc.name) != wanted.end();
+}
+
+// Evaluates one scenario (the planners, then with --learned the learned
+// model, whose options it completes) and reports it.
+absl::Status RunScenario(const Scenario& sc, const ClusterSpec& prior,
+                         const std::string& data_dir,
+                         LearnedModelOptions& learned, bool json,
+                         nlohmann::json* out) {
+  EvaluationOptions options;
+  ASSIGN_OR_RETURN(options.model, BuiltinModel(sc.model));
+  options.world_size = sc.world_size;
+  options.window = sc.window;
+  options.tokens_per_step = sc.tokens_per_step;
+  options.steps = absl::GetFlag(FLAGS_steps);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.now_ns = NowNs;
+  ASSIGN_OR_RETURN(
+      std::vector<int32_t> lengths,
+      LoadLengths(absl::StrCat(data_dir, "/", sc.trace), "text", ""));
+  LengthView view(lengths, options.window);
+  options.cost_model =
+      CostModel::FromSpecs(prior, options.model, options.world_size);
+  ASSIGN_OR_RETURN(EvaluationResult r, Evaluate(view, options));
+
+  const ReferenceCluster judge(options.cluster, options.model,
+                               options.world_size);
+  ASSIGN_OR_RETURN(const BoundGap gap, BreakDownGap(judge, r.plans, view));
+  ReportScenario(sc, r, gap, json, out);
+  if (absl::GetFlag(FLAGS_learned)) {
+    learned.evaluation = options;
+    ASSIGN_OR_RETURN(LearnedModelResult lr,
+                     EvaluateLearnedModel(view, learned));
+    ReportLearned(sc, learned, lr, json, out);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  const std::string wd = BazelWorkingDirectory();
+  ASSIGN_OR_RETURN(const ClusterSpec prior,
+                   LoadClusterFlag(absl::GetFlag(FLAGS_cluster_config), wd));
+  ASSIGN_OR_RETURN(LearnedModelOptions learned, LearnedOptionsFromFlags(wd));
   std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   // Under `bazel run` the bundled traces are in the runfiles, which is the
   // working directory; a user's own folder is relative to theirs.
   if (data_dir != "data/lengths") data_dir = ResolvePath(data_dir, wd);
-  std::vector<std::string> wanted;
-  if (absl::GetFlag(FLAGS_scenarios) != "all") {
-    wanted = absl::StrSplit(absl::GetFlag(FLAGS_scenarios), ',');
-  }
   const bool json = absl::GetFlag(FLAGS_json);
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
@@ -235,37 +282,9 @@ absl::Status Run() {
   }
   int ran = 0;
   for (const Scenario& sc : kScenarios) {
-    if (!wanted.empty() &&
-        std::find(wanted.begin(), wanted.end(), sc.name) == wanted.end()) {
-      continue;
-    }
+    if (!Wanted(sc)) continue;
     ++ran;
-    EvaluationOptions options;
-    ASSIGN_OR_RETURN(options.model, BuiltinModel(sc.model));
-    options.world_size = sc.world_size;
-    options.window = sc.window;
-    options.tokens_per_step = sc.tokens_per_step;
-    options.steps = absl::GetFlag(FLAGS_steps);
-    options.seed = absl::GetFlag(FLAGS_seed);
-    options.now_ns = NowNs;
-    ASSIGN_OR_RETURN(
-        std::vector<int32_t> lengths,
-        LoadLengths(absl::StrCat(data_dir, "/", sc.trace), "text", ""));
-    LengthView view(lengths, options.window);
-    options.cost_model =
-        CostModel::FromSpecs(prior, options.model, options.world_size);
-    ASSIGN_OR_RETURN(EvaluationResult r, Evaluate(view, options));
-
-    const ReferenceCluster judge(options.cluster, options.model,
-                                 options.world_size);
-    ASSIGN_OR_RETURN(const BoundGap gap, BreakDownGap(judge, r.plans, view));
-    ReportScenario(sc, r, gap, json, &out);
-    if (absl::GetFlag(FLAGS_learned)) {
-      learned.evaluation = options;
-      ASSIGN_OR_RETURN(LearnedModelResult lr,
-                       EvaluateLearnedModel(view, learned));
-      ReportLearned(sc, learned, lr, json, &out);
-    }
+    RETURN_IF_ERROR(RunScenario(sc, prior, data_dir, learned, json, &out));
   }
   if (ran == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

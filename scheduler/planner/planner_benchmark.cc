@@ -18,17 +18,24 @@
 // (StepBuilder, before planning; the epoch's shuffle included); x_lower and
 // x_mem, the plans of the benchmark's steps replayed on the reference
 // cluster (docs/COST_MODEL.md) over its lower bound and its memory-aware
-// bound.
+// bound; faults, the mean minor page faults of a step (fresh memory the
+// kernel hands the planner). The row's label is a hash of those plans (every
+// task's ranks, samples and recompute, in order): equal labels before and
+// after a change mean the change planned exactly the same.
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
+#include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
 #include "scheduler/eval/simulator.h"
 #include "scheduler/lengths/length_reader.h"
@@ -66,6 +73,38 @@ int64_t ThreadCpuNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+// Minor page faults of this thread so far.
+int64_t MinorFaults() {
+  rusage usage;
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_minflt;
+}
+
+// FNV-1a over the plan's tasks: their ranks, samples and recompute, in order.
+class PlanHash {
+ public:
+  void Add(const StepPlan& plan) {
+    for (const TaskPlan& task : plan.tasks) {
+      Mix(task.ranks.size());
+      for (int r : task.ranks) Mix(r);
+      Mix(task.samples.size());
+      for (int64_t s : task.samples) Mix(s);
+      uint64_t bits;
+      std::memcpy(&bits, &task.recompute, sizeof(bits));
+      Mix(bits);
+    }
+  }
+  std::string Hex() const { return absl::StrFormat("plans=%016x", hash_); }
+
+ private:
+  void Mix(uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      hash_ = (hash_ ^ ((v >> (8 * b)) & 0xFF)) * 0x100000001b3ULL;
+    }
+  }
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
+
 // Charges the time between two `Enter` calls to the phase entered first.
 class PhaseTimer : public PlanPhaseObserver {
  public:
@@ -99,8 +138,10 @@ void ReportQuality(benchmark::State& state, const ModelSpec& model, int world,
                    const LengthView& view) {
   ReferenceCluster cluster(ClusterSpec::H200(), model, world);
   double makespan = 0, lower = 0, memory = 0;
+  PlanHash hash;
   for (size_t i = 0; i < steps.size(); ++i) {
     absl::StatusOr<StepPlan> plan = planner.PlanStep(i, steps[i], view);
+    if (plan.ok()) hash.Add(*plan);
     absl::StatusOr<StepReport> report =
         plan.ok() ? ReplayStep(cluster, *plan, view)
                   : absl::StatusOr<StepReport>(plan.status());
@@ -114,6 +155,7 @@ void ReportQuality(benchmark::State& state, const ModelSpec& model, int world,
   }
   state.counters["x_lower"] = makespan / lower;
   state.counters["x_mem"] = makespan / memory;
+  state.SetLabel(hash.Hex());
 }
 
 void PlanSteps(benchmark::State& state, const ModelSpec& model, int world,
@@ -137,6 +179,7 @@ void PlanSteps(benchmark::State& state, const ModelSpec& model, int world,
   int64_t samples = 0;
   PhaseTimer phases;
   std::vector<double> ms, cpu_ms;
+  const int64_t faults_start = MinorFaults();
   for (auto _ : state) {
     const std::vector<int64_t>& step = (*steps)[i++ % steps->size()];
     const int64_t start = NowNs();
@@ -148,6 +191,7 @@ void PlanSteps(benchmark::State& state, const ModelSpec& model, int world,
     samples += static_cast<int64_t>(step.size());
   }
   const double n = static_cast<double>(state.iterations());
+  state.counters["faults"] = (MinorFaults() - faults_start) / n;
   for (std::vector<double>* v : {&ms, &cpu_ms}) {
     std::nth_element(v->begin(), v->begin() + v->size() / 2, v->end());
   }

@@ -66,9 +66,15 @@ void StepPlanner::Deal(const std::vector<int>& short_items, Draft* d) const {
       }
     }
     // Small items nearly always fit an open pack: one candidate suffices.
-    const int found = tokens * 16 > short_cap_
+    // So does a run that fits the least loaded rank's emptiest pack: no
+    // other rank can finish it earlier (each starts no earlier, and a pack
+    // of its own costs more, not less).
+    const int top = tree.Top();
+    const bool top_fits =
+        emptiest[top] + tokens <= short_cap_ && pack_overhead_ >= 0;
+    const int found = tokens * 16 > short_cap_ && !top_fits
                           ? tree.Candidates(max_candidates, candidate)
-                          : (candidate[0] = tree.Top(), 1);
+                          : (candidate[0] = top, 1);
     double best_finish = std::numeric_limits<double>::infinity();
     int best_rank = -1;
     int best_pack = -1;

@@ -63,6 +63,7 @@ void StepPlanner::ChooseGroups(double limit, bool fill,
   // groups; every later one is short.
   const int n = static_cast<int>(items_.size());
   const int candidates = static_cast<int>(configs_.size());
+  d->long_tasks.reserve(candidates);
   for (int i = 0; i < candidates; ++i) {
     const Item& it = items_[i];
     if (it.length <= short_cap_ && single_dur_[i] <= limit) {
@@ -78,12 +79,12 @@ void StepPlanner::ChooseGroups(double limit, bool fill,
       return fill ? c.fill_area : c.area;
     };
     const GroupConfig* best = nullptr;
-    for (const GroupConfig& c : configs_[i]) {
+    for (const GroupConfig& c : Configs(i)) {
       if (dur(c) <= limit && (best == nullptr || area(c) < area(*best)))
         best = &c;
     }
     if (best == nullptr) {
-      for (const GroupConfig& c : configs_[i]) {
+      for (const GroupConfig& c : Configs(i)) {
         if (best == nullptr || dur(c) < dur(*best)) best = &c;
       }
     }

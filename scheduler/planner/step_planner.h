@@ -262,9 +262,20 @@ class StepPlanner {
   double short_cap_ = 0;
   double pack_overhead_ = 0;
   double short_cost_per_token_ = 0;  // in a full short pack, overhead shared
-  // Group configurations of the longest sequences: configs_[i] belongs to
-  // items_[i]; every later sequence always goes into a short pack.
-  std::vector<std::vector<GroupConfig>> configs_;
+  // Group configurations of the longest sequences: Configs(i) belongs to
+  // items_[i], i < configs_.size(); every later sequence always goes into a
+  // short pack. configs_[i] is the range of config_pool_ holding them; equal
+  // lengths share one range.
+  struct ConfigRange {
+    int begin = 0;
+    int end = 0;
+  };
+  absl::Span<const GroupConfig> Configs(int i) const {
+    return absl::MakeConstSpan(config_pool_.data() + configs_[i].begin,
+                               config_pool_.data() + configs_[i].end);
+  }
+  std::vector<GroupConfig> config_pool_;
+  std::vector<ConfigRange> configs_;
   std::vector<double> single_dur_;  // per item, alone in a short pack
   std::vector<double> item_cost_;   // per item, added to an open short pack
   double mean_load_ = 0;

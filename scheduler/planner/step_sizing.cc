@@ -106,18 +106,20 @@ absl::Status StepPlanner::AddGroupConfigs(int i) {
     configs_.push_back(configs_.back());
     return absl::OkStatus();
   }
-  std::vector<GroupConfig> configs;
+  ConfigRange range;
+  range.begin = static_cast<int>(config_pool_.size());
   for (int p : sizes_) {
     const int k = MinRecompute(it.length / p);
-    if (k >= 0) configs.push_back(MakeConfig(it, p, k));
+    if (k >= 0) config_pool_.push_back(MakeConfig(it, p, k));
   }
-  if (configs.empty()) {
+  range.end = static_cast<int>(config_pool_.size());
+  if (range.begin == range.end) {
     return absl::FailedPreconditionError(
         absl::StrCat("sample ", it.id, " of ", static_cast<int64_t>(it.length),
                      " tokens does not fit in memory on any group (sizes ",
                      absl::StrJoin(sizes_, ","), ") even with full recompute"));
   }
-  configs_.push_back(std::move(configs));
+  configs_.push_back(range);
   return absl::OkStatus();
 }
 
@@ -127,6 +129,7 @@ absl::Status StepPlanner::ComputeGroupConfigs() {
   // take longer than the smallest split threshold. Lengths, and so pack
   // times, fall along `items_`.
   configs_.clear();
+  config_pool_.clear();
   single_dur_.resize(items_.size());
   item_cost_.resize(items_.size());
   double total_area = 0;
@@ -144,7 +147,7 @@ absl::Status StepPlanner::ComputeGroupConfigs() {
       RETURN_IF_ERROR(AddGroupConfigs(i));
       if (!repeat) {
         best_area = std::numeric_limits<double>::infinity();
-        for (const GroupConfig& c : configs_.back())
+        for (const GroupConfig& c : Configs(i))
           best_area = std::min(best_area, c.area);
       }
       total_area += best_area;

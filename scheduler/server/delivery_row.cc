@@ -195,6 +195,28 @@ double MeanPlanningCpuMs(const std::vector<PlannedStep>& planned) {
   return n > 0 ? sum / n : 0;
 }
 
+/// The agents' stubs: `config.channels` to the scheduler at `address`, or
+/// one to each of the relays the config names, started in front of it.
+absl::StatusOr<Stubs> OpenStubs(const RowConfig& config,
+                                const std::string& address) {
+  if (config.relays == nullptr) {
+    return OpenSchedulerStubs(address, config.channels);
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> relays,
+                   config.relays->Start(address));
+  Stubs stubs;
+  for (const std::string& relay : relays) {
+    for (auto& stub : OpenSchedulerStubs(relay, 1)) {
+      stubs.push_back(std::move(stub));
+    }
+  }
+  return stubs;
+}
+
+double RelayCpuSeconds(const RowConfig& config) {
+  return config.relays != nullptr ? config.relays->CpuSeconds() : 0;
+}
+
 }  // namespace
 
 absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
@@ -212,10 +234,11 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   const int gpus_per_node = options.control_plane.cluster.gpus_per_node;
   ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
                    SchedulerServer::Start(std::move(options)));
-  const Stubs stubs = OpenSchedulerStubs(server->address(), config.channels);
+  ASSIGN_OR_RETURN(const Stubs stubs, OpenStubs(config, server->address()));
 
   RowResult result;
   result.agents = n;
+  result.relays = config.relays != nullptr ? static_cast<int>(stubs.size()) : 0;
   result.ran = true;
   const absl::Time register_start = absl::Now();
   ASSIGN_OR_RETURN(const std::string session_id, RegisterSimulatedAgents(n, stubs, "bench"));
@@ -228,13 +251,16 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
   result.load_before = LoadAverage();
   const CpuSample cpu_start = CpuSample::Take();
   const double agents_cpu_start = queues.CpuSeconds();
+  const double relay_cpu_start = RelayCpuSeconds(config);
   fleet.Start(session_id);
   AwaitAgents(config, *server, fleet, run);
   const CpuSample cpu_end = CpuSample::Take();
   const double agents_cpu = queues.CpuSeconds() - agents_cpu_start;
+  const double relay_cpu = RelayCpuSeconds(config) - relay_cpu_start;
   result.threads = ProcessThreads();
   result.load_after = LoadAverage();
   server->Shutdown();
+  if (config.relays != nullptr) config.relays->Stop();
   queues.Stop();
 
   result.errors = run.errors.load();
@@ -247,6 +273,9 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
              static_cast<int64_t>(planned.size()), run, &result);
   result.rpc_cpu_ms_per_step =
       result.server_cpu_ms_per_step - MeanPlanningCpuMs(planned);
+  if (!planned.empty()) {
+    result.relay_cpu_ms_per_step = 1e3 * relay_cpu / planned.size();
+  }
   ReduceSteps(planned, fleet, first_measured, max_steps, cpu_start.wall,
               &result);
   return result;

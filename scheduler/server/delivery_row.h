@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "scheduler/server/delivery_relays.h"
 
 // One row of the plan-delivery benchmark: a scheduler and its simulated
 // agents run to the end, and what was measured.
@@ -34,6 +35,11 @@ struct RowConfig {
   /// node's ranks on StreamNodePlans and StreamNodeReports).
   int ranks_per_stream = 1;
   int64_t window = 0;
+  /// When set, the agents reach the scheduler through these relays (one
+  /// channel each, rank r through relay r % count; `channels` is then
+  /// unused), which the row starts once the scheduler serves and stops at
+  /// its end. Not owned.
+  RelayProcesses* relays = nullptr;
   ModelSpec model;
   const std::vector<int32_t>* lengths = nullptr;
 };
@@ -64,6 +70,9 @@ struct RowResult {
   /// planning (its mean over the row's steps): the gRPC work both ends
   /// share, fan-out included, and the control plane's handling of reports.
   double rpc_cpu_ms_per_step = 0;
+  /// Relays in front of the scheduler (0: none), and their CPU ms per step.
+  int relays = 0;
+  double relay_cpu_ms_per_step = 0;
   double process_cores = 0;
   double machine_busy = 0;
   double machine_steal = 0;

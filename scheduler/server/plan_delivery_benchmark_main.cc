@@ -41,6 +41,12 @@
 //              the streams and the pool's threads do the writes);
 //   steps/s    1 / the least-squares slope of delivery time over step.
 //
+// With --relay_binary=PATH (a dcp-node-relay), each agent count runs two
+// rows: per-rank streams straight to the scheduler, then through real relay
+// processes, one per --ranks_per_relay ranks (delivery_relays.h), whose CPU
+// is the "relay cpu" column; the agents' own gRPC client work stays in this
+// process, in "server cpu", in both rows.
+//
 // This file holds the flags and the printing; delivery_row.h runs a row,
 // simulated_agent.h the agents, planned_step_log.h the t0 readings and
 // delivery_stats.h the statistics and CPU accounting.
@@ -66,6 +72,7 @@
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "scheduler/cli/job_config.h"
+#include "scheduler/server/delivery_relays.h"
 #include "scheduler/server/delivery_row.h"
 #include "scheduler/server/delivery_stats.h"
 
@@ -97,6 +104,13 @@ ABSL_FLAG(int, ranks_per_stream, 8,
           "(a node's) share one StreamNodePlans and one StreamNodeReports "
           "stream (a node-level agent), so a step costs one plan write and "
           "one report batch per node.");
+ABSL_FLAG(std::string, relay_binary, "",
+          "A dcp-node-relay binary (bazel-bin/worker_agent/relay/"
+          "dcp-node-relay): each agent count then runs two rows, per-rank "
+          "streams straight to the scheduler and the same per-rank streams "
+          "through real relay processes, one per --ranks_per_relay ranks, "
+          "which put them on the node streams (--ranks_per_stream is unused).");
+ABSL_FLAG(int, ranks_per_relay, 8, "Ranks per relay process (a node's).");
 ABSL_FLAG(double, step_ms, 0,
           "Simulated compute per step: an agent reports a step this long "
           "after starting it, one step at a time (0 = report on receipt).");
@@ -127,6 +141,9 @@ struct BenchmarkOptions {
   double goal_p99_ms = 0;
   double goal_steps_per_s = 0;
   int goal_agents = 0;
+  /// Empty: no relay rows.
+  std::string relay_binary;
+  int ranks_per_relay = 0;
 };
 
 absl::StatusOr<BenchmarkOptions> OptionsFromFlags() {
@@ -182,6 +199,14 @@ absl::StatusOr<BenchmarkOptions> OptionsFromFlags() {
   options.goal_p99_ms = absl::GetFlag(FLAGS_goal_p99_ms);
   options.goal_steps_per_s = absl::GetFlag(FLAGS_goal_steps_per_s);
   options.goal_agents = absl::GetFlag(FLAGS_goal_agents);
+  options.relay_binary = absl::GetFlag(FLAGS_relay_binary);
+  options.ranks_per_relay = absl::GetFlag(FLAGS_ranks_per_relay);
+  if (!options.relay_binary.empty()) {
+    if (options.ranks_per_relay < 1) {
+      return absl::InvalidArgumentError("--ranks_per_relay must be >= 1");
+    }
+    config.ranks_per_stream = 1;
+  }
   return options;
 }
 
@@ -239,16 +264,18 @@ void PrintTables(const std::vector<RowResult>& rows) {
       "\nload (ms per step: client = wall in the simulated agents' handlers, "
       "agents cpu = CPU of their queue threads, server cpu = the rest of this "
       "process: the scheduler and the gRPC threads both ends share; rpc cpu = "
-      "server cpu less the planning thread's mean CPU while planning; cores: "
-      "CPU / wall)\n"
-      "agents  B/msg  client  agents cpu  server cpu  rpc cpu  proc cores  "
-      "other cores  machine busy  steal  threads  register s\n");
+      "server cpu less the planning thread's mean CPU while planning; relay "
+      "cpu = the relay processes, outside this process; cores: CPU / wall)\n"
+      "agents  relays  relay cpu  B/msg  client  agents cpu  server cpu  "
+      "rpc cpu  proc cores  other cores  machine busy  steal  threads  "
+      "register s\n");
   for (const RowResult& r : rows) {
     if (!r.ran) continue;
     std::printf(
-        "%6d  %5.0f  %6.2f  %10.2f  %10.2f  %7.2f  %10.2f  %11.2f  %11.0f%%  "
-        "%4.0f%%  %7d  %10.2f\n",
-        r.agents, r.bytes_per_message, r.client_ms_per_step,
+        "%6d  %6d  %9.2f  %5.0f  %6.2f  %10.2f  %10.2f  %7.2f  %10.2f  "
+        "%11.2f  %11.0f%%  %4.0f%%  %7d  %10.2f\n",
+        r.agents, r.relays, r.relay_cpu_ms_per_step, r.bytes_per_message,
+        r.client_ms_per_step,
         r.agents_cpu_ms_per_step, r.server_cpu_ms_per_step,
         r.rpc_cpu_ms_per_step, r.process_cores,
         r.other_cores, 100 * r.machine_busy, 100 * r.machine_steal, r.threads,
@@ -328,6 +355,20 @@ std::string Verdict(const RowResult& r, double goal_p99_ms,
           : absl::StrFormat(" (the goal is stated at %d agents)", goal_agents));
 }
 
+/// `RunRow`, or a row that says why it did not run.
+RowResult RunOneRow(const RowConfig& config) {
+  std::fprintf(stderr, "running %d agents%s...\n", config.agents,
+               config.relays != nullptr ? " through relays" : "");
+  absl::StatusOr<RowResult> row = RunRow(config);
+  if (row.ok()) return *std::move(row);
+  std::fprintf(stderr, "  %d agents failed: %s\n", config.agents,
+               row.status().ToString().c_str());
+  RowResult failed;
+  failed.agents = config.agents;
+  failed.first_error = row.status().ToString();
+  return failed;
+}
+
 absl::Status Run(const BenchmarkOptions& options) {
   RowConfig config = options.row;
   ASSIGN_OR_RETURN(config.model, BuiltinModel(options.model_name));
@@ -339,18 +380,13 @@ absl::Status Run(const BenchmarkOptions& options) {
   std::vector<RowResult> rows;
   for (int n : options.agent_counts) {
     config.agents = n;
-    std::fprintf(stderr, "running %d agents...\n", n);
-    absl::StatusOr<RowResult> row = RunRow(config);
-    if (!row.ok()) {
-      std::fprintf(stderr, "  %d agents failed: %s\n", n,
-                   row.status().ToString().c_str());
-      RowResult failed;
-      failed.agents = n;
-      failed.first_error = row.status().ToString();
-      rows.push_back(failed);
-      continue;
-    }
-    rows.push_back(*std::move(row));
+    config.relays = nullptr;
+    rows.push_back(RunOneRow(config));
+    if (options.relay_binary.empty()) continue;
+    const int count = (n + options.ranks_per_relay - 1) / options.ranks_per_relay;
+    RelayProcesses relays(options.relay_binary, count, absl::Seconds(1));
+    config.relays = &relays;
+    rows.push_back(RunOneRow(config));
   }
 
   PrintTables(rows);

@@ -12,10 +12,11 @@ namespace dcp {
 namespace {
 
 /// Answers one report of a stream as ReportTimings would.
-void Answer(ControlPlane& control_plane, const OnStreamReport& on_report,
-            const v1::TimingReport& report, v1::ReportResult& result) {
+void Answer(ControlPlane& control_plane, const OnStreamRpc& on_report,
+            absl::string_view method, const v1::TimingReport& report,
+            v1::ReportResult& result) {
   const absl::StatusOr<v1::ReportAck> ack = control_plane.ReportTimings(report);
-  if (on_report) on_report(ack.status().code());
+  if (on_report) on_report(method, ack.status().code());
   result.set_step(report.step());
   result.set_rank(report.rank());
   result.set_code(static_cast<int32_t>(ack.status().code()));
@@ -26,9 +27,15 @@ void Answer(ControlPlane& control_plane, const OnStreamReport& on_report,
   }
 }
 
+/// Answers a report of a StreamReports call.
+void Answer(ControlPlane& control_plane, const OnStreamRpc& on_report,
+            const v1::TimingReport& report, v1::ReportResult& result) {
+  Answer(control_plane, on_report, "StreamReports", report, result);
+}
+
 /// Answers every report of a batch, in order; a malformed batch with one
 /// INVALID_ARGUMENT result.
-void Answer(ControlPlane& control_plane, const OnStreamReport& on_report,
+void Answer(ControlPlane& control_plane, const OnStreamRpc& on_report,
             const v1::TimingReportBatch& batch, v1::ReportResultBatch& out) {
   if (batch.reports().empty() || batch.reports_size() > kMaxRanksPerCall) {
     v1::ReportResult& result = *out.add_results();
@@ -38,11 +45,14 @@ void Answer(ControlPlane& control_plane, const OnStreamReport& on_report,
                                     batch.reports_size(),
                                     " reports; it needs 1 to ",
                                     kMaxRanksPerCall));
-    if (on_report) on_report(absl::StatusCode::kInvalidArgument);
+    if (on_report) {
+      on_report("StreamNodeReports", absl::StatusCode::kInvalidArgument);
+    }
     return;
   }
   for (const v1::TimingReport& report : batch.reports()) {
-    Answer(control_plane, on_report, report, *out.add_results());
+    Answer(control_plane, on_report, "StreamNodeReports", report,
+           *out.add_results());
   }
 }
 
@@ -64,7 +74,7 @@ class ReportStreamReactor final
 
   /// Registers with `open` (the service's set), which `OnDone` leaves.
   ReportStreamReactor(ControlPlane* control_plane,
-                      const OnStreamReport* on_report, ReportStreams* open)
+                      const OnStreamRpc* on_report, ReportStreams* open)
       : control_plane_(control_plane), on_report_(on_report), open_(open) {
     // Lock order: the set's lock, then a reactor's (`End`); never both here.
     bool refused = false;
@@ -171,9 +181,9 @@ class ReportStreamReactor final
   }
 
   ControlPlane* const control_plane_;
-  /// The service's `on_stream_report` and set of open streams (they
+  /// The service's `on_stream_rpc` and set of open streams (they
   /// outlive every call).
-  const OnStreamReport* const on_report_;
+  const OnStreamRpc* const on_report_;
   ReportStreams* const open_;
   absl::Mutex mu_;
   /// The message being read; the control plane is done with it before the
@@ -193,7 +203,7 @@ class ReportStreamReactor final
 }  // namespace
 
 grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>* NewReportStream(
-    ControlPlane* control_plane, const OnStreamReport* on_report,
+    ControlPlane* control_plane, const OnStreamRpc* on_report,
     ReportStreams* open) {
   return new ReportStreamReactor<v1::TimingReport, v1::ReportResult>(
       control_plane, on_report, open);
@@ -201,7 +211,7 @@ grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>* NewReportStream(
 
 grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
 NewNodeReportStream(ControlPlane* control_plane,
-                    const OnStreamReport* on_report, ReportStreams* open) {
+                    const OnStreamRpc* on_report, ReportStreams* open) {
   return new ReportStreamReactor<v1::TimingReportBatch, v1::ReportResultBatch>(
       control_plane, on_report, open);
 }

@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control/control_plane.h"
@@ -19,8 +20,11 @@ namespace dcp {
 /// reports one TimingReportBatch carries.
 inline constexpr int kMaxRanksPerCall = 4096;
 
-/// Told the status code of each report a stream answered.
-using OnStreamReport = std::function<void(absl::StatusCode)>;
+/// Told, for metrics, the method ("StreamReports", "StreamNodeReports") and
+/// status code of each report a stream answered, and ("StreamPlans",
+/// "StreamNodePlans") the status each plan-stream call ended with.
+using OnStreamRpc =
+    std::function<void(absl::string_view method, absl::StatusCode)>;
 
 /// A report-stream reactor as `SchedulerService::Shutdown` reaches it.
 class EndableStream {
@@ -45,11 +49,11 @@ struct ReportStreams {
 /// A StreamReports / StreamNodeReports call's reactor, registered with
 /// `open` until it is done; gRPC owns it.
 grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>* NewReportStream(
-    ControlPlane* control_plane, const OnStreamReport* on_report,
+    ControlPlane* control_plane, const OnStreamRpc* on_report,
     ReportStreams* open);
 grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
 NewNodeReportStream(ControlPlane* control_plane,
-                    const OnStreamReport* on_report, ReportStreams* open);
+                    const OnStreamRpc* on_report, ReportStreams* open);
 
 }  // namespace dcp
 

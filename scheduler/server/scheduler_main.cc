@@ -16,7 +16,8 @@
 // names this job (common/security_flags.h has the flags).
 //
 // Prometheus metrics (dcp_scheduler_*, listed in README.md) are served on
-// http://<--metrics_listen>/metrics.
+// http://<--metrics_listen>/metrics, or https:// with --metrics_tls_cert and
+// --metrics_tls_key (--metrics_tls_ca: scrapers need a client certificate).
 //
 // SIGINT/SIGTERM drain and stop (the daemon exits once every plan stream has
 // ended); a second signal exits at once.
@@ -47,6 +48,7 @@
 #include "common/file_util.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
+#include "common/metrics/metrics_tls_flags.h"
 #include "common/model_spec.h"
 #include "common/security_flags.h"
 #include "common/signal_watcher.h"
@@ -105,8 +107,9 @@ ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
 // particular (the OpenTelemetry exporters' 9464); see the flag's help.
 constexpr char kDefaultMetricsListen[] = "0.0.0.0:9464";
 ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
-          "host:port serving Prometheus metrics on /metrics (IPv4 or "
-          "localhost; port 0 picks a free port; empty: no metrics). When the "
+          "host:port serving Prometheus metrics on /metrics (IPv4, "
+          "localhost or [IPv6]; port 0 picks a free port; empty: no "
+          "metrics; HTTPS with --metrics_tls_cert/--metrics_tls_key). When the "
           "default port is taken the scheduler warns and runs without "
           "metrics; any other address that cannot be bound is an error.");
 ABSL_FLAG(std::string, metrics_port_file, "",
@@ -359,6 +362,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
   MetricsHttpServerOptions options;
   options.listen_address = listen;
   options.registry = registry;
+  options.tls = MetricsTlsOptionsFromFlags();
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start(options);
   if (absl::IsUnavailable(server.status()) && listen == kDefaultMetricsListen) {
@@ -371,8 +375,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
     return nullptr;
   }
   if (!server.ok()) return server.status();
-  std::fprintf(stderr, "%s dcp-scheduler: metrics on http://%s/metrics\n",
-               Now().c_str(), (*server)->address().c_str());
+  std::fprintf(stderr, "%s dcp-scheduler: metrics on %s\n", Now().c_str(),
+               (*server)->url().c_str());
   if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(absl::GetFlag(FLAGS_metrics_port_file),
                                         absl::StrCat((*server)->port(), "\n")));
@@ -491,6 +495,8 @@ int main(int argc, char** argv) {
       "[--max_steps=S]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE] "
       "[--state_dir=DIR]\n"
+      "    [--metrics_tls_cert=PEM --metrics_tls_key=PEM "
+      "[--metrics_tls_ca=PEM]]\n"
       "    [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]] "
       "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);

@@ -94,8 +94,9 @@ absl::Status SchedulerMetrics::RegisterEventFamilies() {
                  "never)."));
   ASSIGN_OR_RETURN(
       rpcs_, r.AddCounterFamily("dcp_scheduler_rpcs_total",
-                                "Unary gRPC calls handled (not the StreamPlans "
-                                "streams), by method and status code.",
+                                "gRPC calls handled (unary calls, reports "
+                                "answered on report streams, plan-stream "
+                                "calls ended), by method and status code.",
                                 {"method", "code"}));
   ASSIGN_OR_RETURN(
       rejected_reports_,
@@ -273,7 +274,8 @@ absl::Status SchedulerMetrics::RegisterRankFamilies() {
   return absl::OkStatus();
 }
 
-// Reports, the cost model, the store and the stop state, from the snapshot.
+// Reports and the cost model, then the store and the stop state
+// (RegisterStoreAndStopFamilies), from the snapshot.
 absl::Status SchedulerMetrics::RegisterModelFamilies() {
   MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(AddStatusCounter(
@@ -296,15 +298,6 @@ absl::Status SchedulerMetrics::RegisterModelFamilies() {
       "Mean relative error of the predicted step times against the "
       "measured ones over the recent completed steps.",
       [](const v1::StatusResponse& s) { return s.step_error(); }));
-  RETURN_IF_ERROR(AddStatusGauge(
-      "dcp_scheduler_store_keys",
-      "Keys in the rendezvous store (communicator formations in flight or "
-      "kept; purged per epoch).",
-      [](const v1::StatusResponse& s) { return s.store_keys(); }));
-  RETURN_IF_ERROR(AddStatusGauge(
-      "dcp_scheduler_store_bytes",
-      "Bytes of keys and values in the rendezvous store.",
-      [](const v1::StatusResponse& s) { return s.store_bytes(); }));
   RETURN_IF_ERROR(AddStatusGauge(
       "dcp_scheduler_cost_model_sync_error_ratio",
       "The part of the step error the gradient-sync term accounts for: mean "
@@ -334,6 +327,21 @@ absl::Status SchedulerMetrics::RegisterModelFamilies() {
         }
         return out;
       }));
+  return RegisterStoreAndStopFamilies();
+}
+
+// The rendezvous store and the drain, stop and planner state, from the
+// snapshot.
+absl::Status SchedulerMetrics::RegisterStoreAndStopFamilies() {
+  RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_store_keys",
+      "Keys in the rendezvous store (communicator formations in flight or "
+      "kept; purged per epoch).",
+      [](const v1::StatusResponse& s) { return s.store_keys(); }));
+  RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_store_bytes",
+      "Bytes of keys and values in the rendezvous store.",
+      [](const v1::StatusResponse& s) { return s.store_bytes(); }));
   RETURN_IF_ERROR(AddStatusGauge(
       "dcp_scheduler_draining",
       "1 once a drain was asked for: no new steps are planned.",
@@ -426,7 +434,8 @@ void SchedulerMetrics::OnRpcDone(absl::string_view method,
       c.ok()) {
     (*c)->Increment();
   }
-  const bool report = method == "ReportTimings" || method == "StreamReports";
+  const bool report = method == "ReportTimings" || method == "StreamReports" ||
+                      method == "StreamNodeReports";
   if (report && code != absl::StatusCode::kOk) {
     if (absl::StatusOr<Counter*> c =
             rejected_reports_->WithLabels({code_label});

@@ -35,8 +35,9 @@ using SchedulerStatusSource = std::function<v1::StatusResponse()>;
 ///   and recompute ratios of the planned tasks; `OnStepCompleted`: the last
 ///   completed step's predicted and measured time, imbalance and tokens per
 ///   second, trained tokens; `OnRefit`: the time of the last refit);
-/// - the gRPC server's end of every unary RPC (`OnRpcDone`: RPCs by method
-///   and code, rejected timing reports by code);
+/// - the gRPC server's end of every unary RPC, of every report a report
+///   stream answered and of every plan-stream call (`OnRpcDone`: RPCs by
+///   method and code, rejected timing reports by code);
 /// - a snapshot of `ControlPlane::Status()` taken once per scrape (steps,
 ///   look-ahead, agents, lag, cost-model error and coefficients, ...).
 ///
@@ -102,6 +103,7 @@ class SchedulerMetrics {
   absl::Status RegisterJobFamilies();
   absl::Status RegisterRankFamilies();
   absl::Status RegisterModelFamilies();
+  absl::Status RegisterStoreAndStopFamilies();
   /// The collect hook: takes the snapshot the status families read.
   void TakeSnapshot();
   /// `value(snapshot)` as one sample, none before the source is set.

@@ -567,6 +567,47 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
     EXPECT_TRUE(stream->Finish().ok());
   }
   {
+    // Two reports in one node batch: counted per report, under the node
+    // method.
+    grpc::ClientContext context;
+    deadline(context);
+    auto stream = stub->StreamNodeReports(&context);
+    v1::TimingReportBatch batch;
+    batch.add_reports()->set_rank(9);
+    batch.add_reports()->set_rank(10);
+    ASSERT_TRUE(stream->Write(batch));
+    ASSERT_TRUE(stream->WritesDone());
+    v1::ReportResultBatch results;
+    ASSERT_TRUE(stream->Read(&results));
+    EXPECT_EQ(results.results_size(), 2);
+    EXPECT_FALSE(stream->Read(&results));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // A plan stream of each kind that cannot open: counted as it ends, with
+  // the status the client sees.
+  grpc::StatusCode rank_plans_code;
+  grpc::StatusCode node_plans_code;
+  {
+    grpc::ClientContext context;
+    deadline(context);
+    v1::StreamPlansRequest request;
+    request.set_rank(9);
+    auto reader = stub->StreamPlans(&context, request);
+    v1::PlanUpdate update;
+    EXPECT_FALSE(reader->Read(&update));
+    rank_plans_code = reader->Finish().error_code();
+    EXPECT_NE(rank_plans_code, grpc::StatusCode::OK);
+  }
+  {
+    grpc::ClientContext context;
+    deadline(context);
+    auto reader = stub->StreamNodePlans(&context, v1::NodePlansRequest());
+    v1::NodePlanUpdate update;
+    EXPECT_FALSE(reader->Read(&update));
+    node_plans_code = reader->Finish().error_code();
+    EXPECT_EQ(node_plans_code, grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
     grpc::ClientContext context;
     deadline(context);
     v1::StatusResponse status;
@@ -576,7 +617,21 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
   const std::vector<MetricFamilySnapshot> f = registry.Collect();
   EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_rejected_total",
                        {{"code", "INVALID_ARGUMENT"}}),
+            4.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_rpcs_total",
+                       {{"method", "StreamNodeReports"},
+                        {"code", "INVALID_ARGUMENT"}}),
             2.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_rpcs_total",
+                       {{"method", "StreamPlans"},
+                        {"code", absl::StatusCodeToString(
+                                     static_cast<absl::StatusCode>(
+                                         rank_plans_code))}}),
+            1.0);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_rpcs_total",
+                       {{"method", "StreamNodePlans"},
+                        {"code", "INVALID_ARGUMENT"}}),
+            1.0);
   EXPECT_EQ(
       FindSample(f, "dcp_scheduler_rpcs_total",
                  {{"method", "StreamReports"}, {"code", "INVALID_ARGUMENT"}}),

@@ -79,14 +79,16 @@ class RpcDoneInterceptorFactory final
 };
 
 /// The service's options: the fan-out pool, and the answers of report
-/// streams going to `on_rpc_done` as method "StreamReports".
+/// streams and the ends of plan streams going to `on_rpc_done` under their
+/// methods' names.
 SchedulerServiceOptions ServiceOptions(const SchedulerServerOptions& options) {
   SchedulerServiceOptions service;
   service.fanout_threads = options.fanout_threads;
   if (options.on_rpc_done) {
     const RpcDoneCallback* on_done = &options.on_rpc_done;
-    service.on_stream_report = [on_done](absl::StatusCode code) {
-      (*on_done)("StreamReports", code);
+    service.on_stream_rpc = [on_done](absl::string_view method,
+                                      absl::StatusCode code) {
+      (*on_done)(method, code);
     };
   }
   return service;

@@ -59,11 +59,13 @@ struct SchedulerServerOptions {
   /// Server-side keepalive pings on idle connections, so a vanished agent's
   /// stream ends instead of lingering. Zero disables them.
   absl::Duration keepalive = absl::Seconds(30);
-  /// Called as each unary RPC ends (not StreamPlans: the plan streams, the
-  /// latency-critical path, stay uninstrumented), with the method's short
-  /// name (e.g. "ReportTimings") and the status code it ends with (gRPC's
-  /// codes are absl's), for metrics; also once per report answered on a
-  /// StreamReports stream, as "StreamReports" with the report's status.
+  /// Called as each unary RPC ends, with the method's short name (e.g.
+  /// "ReportTimings") and the status code it ends with (gRPC's codes are
+  /// absl's), for metrics; also once per report answered on a report
+  /// stream ("StreamReports", or "StreamNodeReports" for a node's batch)
+  /// with the report's status, and once per plan-stream call as it ends
+  /// ("StreamPlans", "StreamNodePlans"; the messages of the plan streams,
+  /// the latency-critical path, stay uninstrumented).
   /// Runs on gRPC threads: thread-safe,
   /// quick, never blocking; whatever it uses must outlive the server.
   /// Empty: nothing is intercepted.

@@ -169,9 +169,11 @@ class PlanStreamReactor final : public grpc::ServerWriteReactor<Message>,
   /// OK ends the call with it and opens nothing.
   PlanStreamReactor(ControlPlane* control_plane,
                     const std::shared_ptr<StreamFanOut>& fanout,
+                    const OnStreamRpc* on_end,
                     std::vector<v1::StreamPlansRequest> requests,
                     const absl::Status& refusal)
       : control_plane_(control_plane),
+        on_end_(on_end),
         link_(std::make_shared<StreamLink>(
             fanout != nullptr ? fanout->PickShard() : -1)) {
     {
@@ -334,10 +336,16 @@ class PlanStreamReactor final : public grpc::ServerWriteReactor<Message>,
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu) {
     if (finish_status_.has_value()) return;
     finish_status_ = std::move(status);
+    if (*on_end_) {
+      (*on_end_)(kNode ? "StreamNodePlans" : "StreamPlans",
+                 static_cast<absl::StatusCode>(finish_status_->error_code()));
+    }
     if (!write_in_flight_) this->Finish(*finish_status_);
   }
 
   ControlPlane* const control_plane_;
+  /// The service's `on_stream_rpc` (outlives every call).
+  const OnStreamRpc* const on_end_;
   const std::shared_ptr<StreamLink> link_;
   /// In request order; filled (and `opened_` set) once every open returned.
   std::vector<Subscription> subs_ ABSL_GUARDED_BY(link_->mu);
@@ -424,7 +432,7 @@ void StreamFanOut::Stop() {
 SchedulerService::SchedulerService(ControlPlane* control_plane,
                                    SchedulerServiceOptions options)
     : control_plane_(control_plane),
-      on_stream_report_(std::move(options.on_stream_report)),
+      on_stream_rpc_(std::move(options.on_stream_rpc)),
       report_streams_(std::make_unique<ReportStreams>()),
       fanout_(FanOutThreads(options) > 0
                   ? std::make_shared<StreamFanOut>(FanOutThreads(options))
@@ -452,15 +460,15 @@ grpc::ServerUnaryReactor* SchedulerService::Register(
 grpc::ServerWriteReactor<v1::PlanUpdate>* SchedulerService::StreamPlans(
     grpc::CallbackServerContext* /*context*/,
     const v1::StreamPlansRequest* request) {
-  return new PlanStreamReactor<v1::PlanUpdate>(control_plane_, fanout_,
-                                               {*request}, absl::OkStatus());
+  return new PlanStreamReactor<v1::PlanUpdate>(
+      control_plane_, fanout_, &on_stream_rpc_, {*request}, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<v1::NodePlanUpdate>* SchedulerService::StreamNodePlans(
     grpc::CallbackServerContext* /*context*/,
     const v1::NodePlansRequest* request) {
   return new PlanStreamReactor<v1::NodePlanUpdate>(
-      control_plane_, fanout_,
+      control_plane_, fanout_, &on_stream_rpc_,
       std::vector<v1::StreamPlansRequest>(request->ranks().begin(),
                                           request->ranks().end()),
       CheckNodePlansRequest(*request));
@@ -474,13 +482,13 @@ grpc::ServerUnaryReactor* SchedulerService::ReportTimings(
 
 grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>*
 SchedulerService::StreamReports(grpc::CallbackServerContext* /*context*/) {
-  return NewReportStream(control_plane_, &on_stream_report_,
+  return NewReportStream(control_plane_, &on_stream_rpc_,
                          report_streams_.get());
 }
 
 grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
 SchedulerService::StreamNodeReports(grpc::CallbackServerContext* /*context*/) {
-  return NewNodeReportStream(control_plane_, &on_stream_report_,
+  return NewNodeReportStream(control_plane_, &on_stream_rpc_,
                              report_streams_.get());
 }
 

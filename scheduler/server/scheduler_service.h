@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control/control_plane.h"
@@ -21,10 +22,12 @@ struct SchedulerServiceOptions {
   /// pumps its stream on the waking thread. -1 (auto): cores / 4, at most 8,
   /// on hosts with 8 cores or more, else no pool.
   int fanout_threads = -1;
-  /// Called with the status of every report answered on a StreamReports
-  /// stream, on a gRPC thread (metrics). Quick and non-blocking; may be
-  /// empty.
-  std::function<void(absl::StatusCode)> on_stream_report;
+  /// Called with the method and status of every report answered on a
+  /// StreamReports or StreamNodeReports stream, and of every StreamPlans or
+  /// StreamNodePlans call as it ends, on a gRPC thread (metrics). Quick and
+  /// non-blocking; may be empty.
+  std::function<void(absl::string_view method, absl::StatusCode)>
+      on_stream_rpc;
 };
 
 /// The gRPC face of a `ControlPlane` (callback API). It only translates:
@@ -100,7 +103,8 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
 
  private:
   ControlPlane* const control_plane_;
-  const std::function<void(absl::StatusCode)> on_stream_report_;
+  const std::function<void(absl::string_view, absl::StatusCode)>
+      on_stream_rpc_;
   const std::unique_ptr<ReportStreams> report_streams_;
   /// Shared with the wakes handed to the control plane, which may outlive
   /// the service; stopped by the destructor. Null without a pool.

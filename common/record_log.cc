@@ -1,4 +1,4 @@
-#include "scheduler/control/record_log.h"
+#include "common/record_log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,14 +10,12 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace dcp {
 namespace {
-
-constexpr char kMagic[] = "DCPLOG";  // 6 bytes, then the version
-constexpr uint16_t kFormatVersion = 1;
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> table{};
@@ -41,11 +39,13 @@ uint32_t GetU32(absl::string_view bytes) {
   return v;
 }
 
-std::string Header() {
-  std::string header(kMagic, 6);
-  header.push_back(static_cast<char>(kFormatVersion & 0xff));
-  header.push_back(static_cast<char>(kFormatVersion >> 8));
-  return header;
+absl::Status CheckHeaderLength(absl::string_view header) {
+  if (static_cast<int64_t>(header.size()) == kRecordLogHeaderBytes) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a record log header is ", kRecordLogHeaderBytes, " bytes, not ",
+      header.size(), " (\"", absl::CHexEscape(header), "\")"));
 }
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
@@ -126,15 +126,17 @@ std::string FrameRecord(absl::string_view payload) {
   return out;
 }
 
-absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
+absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path,
+                                                absl::string_view header) {
+  RETURN_IF_ERROR(CheckHeaderLength(header));
   ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
   RecordLogContents contents;
   contents.file_bytes = static_cast<int64_t>(bytes.size());
   if (bytes.size() < static_cast<size_t>(kRecordLogHeaderBytes) ||
-      bytes.compare(0, kRecordLogHeaderBytes, Header()) != 0) {
+      absl::string_view(bytes).substr(0, kRecordLogHeaderBytes) != header) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "'", path, "' is not a dcp record log of format version ",
-        kFormatVersion, " (its header is ",
+        "'", path, "' is not a dcp record log with the header \"",
+        absl::CHexEscape(header), "\" (its header is ",
         bytes.size() < static_cast<size_t>(kRecordLogHeaderBytes) ? "cut short"
                                                                   : "wrong",
         ")"));
@@ -195,13 +197,15 @@ RecordLogWriter::~RecordLogWriter() {
 }
 
 absl::StatusOr<RecordLogWriter> RecordLogWriter::Create(
-    const std::string& path, const std::vector<std::string>& payloads) {
+    const std::string& path, absl::string_view header,
+    const std::vector<std::string>& payloads) {
+  RETURN_IF_ERROR(CheckHeaderLength(header));
   const std::string tmp = path + ".tmp";
   const int fd =
       open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", tmp);
   RecordLogWriter writer(tmp, fd, 0);
-  std::string bytes = Header();
+  std::string bytes(header);
   for (const std::string& payload : payloads) {
     if (static_cast<int64_t>(payload.size()) > kMaxRecordBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -257,6 +261,21 @@ absl::Status RecordLogWriter::Append(absl::string_view payload) {
     failed_ = written;
   }
   return failed_;
+}
+
+absl::Status RecordLogWriter::Clear() {
+  if (!failed_.ok()) return failed_;
+  if (ftruncate(fd_, kRecordLogHeaderBytes) != 0) {
+    return Errno("cannot truncate", path_);  // the records are all there
+  }
+  size_ = kRecordLogHeaderBytes;
+  if (lseek(fd_, size_, SEEK_SET) != size_) {
+    // The next write would land past the header, after a hole.
+    failed_ = absl::DataLossError(absl::StrCat(
+        Errno("cannot seek in", path_).message(), "; the log writes no more"));
+    return failed_;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RecordLogWriter::Sync() const {

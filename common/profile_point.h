@@ -1,0 +1,28 @@
+#ifndef DCP_COMMON_PROFILE_POINT_H_
+#define DCP_COMMON_PROFILE_POINT_H_
+
+#include <cstdint>
+
+#include "proto/scheduler_service.pb.h"
+
+namespace dcp {
+
+// Which points of a `v1::ProfileRequest`'s grid (length, group size p,
+// recompute ratio) are measured: one rule for the agents that measure them
+// and for the scheduler, which knows from it which answers to expect.
+
+/// Whether `length` fits groups of `p` ranks at the request's recompute
+/// ratio `recompute_index`: at most `max_tokens_per_gpu[recompute_index]`
+/// tokens a GPU, or always when the request gives no cap for each ratio.
+bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
+                      int recompute_index);
+
+/// Whether the point is measured: it fits, and its length is at most
+/// `all_groups_up_to_length` (when set) or `p` is the request's largest
+/// group size.
+bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
+                          int p, int recompute_index);
+
+}  // namespace dcp
+
+#endif  // DCP_COMMON_PROFILE_POINT_H_

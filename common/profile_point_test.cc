@@ -1,0 +1,65 @@
+#include "common/profile_point.h"
+
+#include <cstdint>
+
+#include "gtest/gtest.h"
+#include "proto/scheduler_service.pb.h"
+
+namespace dcp {
+namespace {
+
+constexpr int64_t kCapAtNoRecompute = 1000;
+constexpr int64_t kCapAtFullRecompute = 3000;
+constexpr int64_t kAllGroupsUpTo = 2048;
+
+/// Groups of 1, 2 and 4; two ratios, each with its cap; long lengths only
+/// on the largest group.
+v1::ProfileRequest Request() {
+  v1::ProfileRequest request;
+  for (int p : {1, 4, 2}) request.add_group_sizes(p);
+  request.add_recompute(0.0);
+  request.add_recompute(1.0);
+  request.add_max_tokens_per_gpu(kCapAtNoRecompute);
+  request.add_max_tokens_per_gpu(kCapAtFullRecompute);
+  request.set_all_groups_up_to_length(kAllGroupsUpTo);
+  return request;
+}
+
+TEST(ProfilePointTest, APointFitsUpToItsRatiosCapTimesTheGroupSize) {
+  const v1::ProfileRequest request = Request();
+  for (int p : {1, 2, 4}) {
+    EXPECT_TRUE(ProfilePointFits(request, kCapAtNoRecompute * p, p, 0)) << p;
+    EXPECT_FALSE(ProfilePointFits(request, kCapAtNoRecompute * p + 1, p, 0))
+        << p;
+    EXPECT_TRUE(ProfilePointFits(request, kCapAtFullRecompute * p, p, 1)) << p;
+    EXPECT_FALSE(ProfilePointFits(request, kCapAtFullRecompute * p + 1, p, 1))
+        << p;
+  }
+}
+
+TEST(ProfilePointTest, WithoutACapForEachRatioEveryPointFits) {
+  v1::ProfileRequest request = Request();
+  request.clear_max_tokens_per_gpu();
+  request.add_max_tokens_per_gpu(1);  // one cap for two ratios: no caps
+  EXPECT_TRUE(ProfilePointFits(request, int64_t{1} << 40, 1, 0));
+  EXPECT_TRUE(ProfilePointFits(request, int64_t{1} << 40, 1, 1));
+}
+
+TEST(ProfilePointTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
+  const v1::ProfileRequest request = Request();
+  const int64_t long_length = kAllGroupsUpTo + 1;
+  for (int p : {1, 2, 4}) {
+    // Full recompute: every group of the request holds both lengths.
+    ASSERT_TRUE(ProfilePointFits(request, long_length, p, 1)) << p;
+    EXPECT_TRUE(ProfilePointMeasured(request, kAllGroupsUpTo, p, 1)) << p;
+    EXPECT_EQ(ProfilePointMeasured(request, long_length, p, 1), p == 4) << p;
+  }
+  // Not on the largest group either when it does not fit there.
+  EXPECT_FALSE(ProfilePointMeasured(request, kCapAtNoRecompute * 4 + 1, 4, 0));
+  v1::ProfileRequest every = request;
+  every.set_all_groups_up_to_length(0);
+  EXPECT_TRUE(ProfilePointMeasured(every, long_length, 1, 1));
+}
+
+}  // namespace
+}  // namespace dcp
