@@ -190,6 +190,31 @@ class ElasticTrainingTest : public ElasticJobTest {
 class ElasticReturnTest : public ElasticTrainingTest {
  protected:
   ElasticReturnTest() : ElasticTrainingTest("10s") {}
+
+  /// After the job (steps [from, to) abandoned): every sample trained once,
+  /// epoch 1 on the three survivors, epoch 2 on all four, which all started
+  /// it from the weights after the step before it. Epoch 2's steps.
+  std::map<int64_t, std::vector<Line>> ExpectGrownBack(int64_t from,
+                                                       int64_t to) {
+    const std::map<int64_t, int64_t> tokens = ExpectTrainedOnce(from, to);
+    const std::map<int64_t, std::vector<Line>> epoch1 = EpochSteps(1);
+    std::map<int64_t, std::vector<Line>> epoch2 = EpochSteps(2);
+    ExpectOneWorld(epoch1, kWorld - 1, tokens);
+    ExpectOneWorld(epoch2, kWorld, tokens);
+    EXPECT_EQ(epoch1.size() + epoch2.size(),
+              static_cast<size_t>(kSteps + (to - from) - to));
+    if (epoch2.empty()) {
+      ADD_FAILURE() << "no step of the grown world";
+      return epoch2;
+    }
+    const int64_t grow = epoch2.begin()->first;
+    const std::string before =
+        WeightsAfter(epoch1.empty() ? from - 1 : grow - 1);
+    for (const Line& l : epoch2.begin()->second) {
+      EXPECT_EQ(l.start_weights, before) << "rank " << l.rank;
+    }
+    return epoch2;
+  }
 };
 
 TEST_F(ElasticTrainingTest, SurvivorsTrainOnInTheShrunkWorldLosingNothing) {
@@ -262,21 +287,11 @@ TEST_F(ElasticReturnTest, ARestartedRankIsAdmittedBackWithTheWorldsState) {
   for (size_t i = lines_before; i < again.size(); ++i) {
     EXPECT_EQ(again[i].epoch, 2) << "step " << again[i].step;
   }
-  const std::map<int64_t, int64_t> tokens = ExpectTrainedOnce(from, to);
-  const std::map<int64_t, std::vector<Line>> epoch1 = EpochSteps(1);
-  const std::map<int64_t, std::vector<Line>> epoch2 = EpochSteps(2);
-  ExpectOneWorld(epoch1, kWorld - 1, tokens);
-  ExpectOneWorld(epoch2, kWorld, tokens);
+  // (The returned rank's own weights were the seeded ones: it took the
+  // world's.)
+  const std::map<int64_t, std::vector<Line>> epoch2 = ExpectGrownBack(from, to);
   ASSERT_FALSE(epoch2.empty());
   EXPECT_EQ(epoch2.begin()->first, grow);
-  EXPECT_EQ(epoch1.size() + epoch2.size(),
-            static_cast<size_t>(kSteps + (to - from) - to));
-  // All four started epoch 2 from the weights after the step before it
-  // (the returned rank's own were the seeded ones: it took the world's).
-  const std::string before = WeightsAfter(epoch1.empty() ? from - 1 : grow - 1);
-  for (const Line& l : epoch2.begin()->second) {
-    EXPECT_EQ(l.start_weights, before) << "rank " << l.rank;
-  }
   std::fprintf(stderr, "grow at step %lld; epoch 2 final weights %s\n",
                static_cast<long long>(grow),
                epoch2.rbegin()->second[0].weights.c_str());
@@ -293,17 +308,7 @@ TEST_F(ElasticReturnTest, AWokenHungRankRejoinsWithTheWorldsState) {
   ReturnWithSurvivorsHeld(
       [&] { ASSERT_EQ(kill(agents_[kVictim].pid, SIGCONT), 0); });
   ExpectAgentsFinish();
-  const std::map<int64_t, int64_t> tokens = ExpectTrainedOnce(from, to);
-  const std::map<int64_t, std::vector<Line>> epoch1 = EpochSteps(1);
-  const std::map<int64_t, std::vector<Line>> epoch2 = EpochSteps(2);
-  ExpectOneWorld(epoch1, kWorld - 1, tokens);
-  ExpectOneWorld(epoch2, kWorld, tokens);
-  ASSERT_FALSE(epoch2.empty());
-  const int64_t grow = epoch2.begin()->first;
-  const std::string before = WeightsAfter(epoch1.empty() ? from - 1 : grow - 1);
-  for (const Line& l : epoch2.begin()->second) {
-    EXPECT_EQ(l.start_weights, before) << "rank " << l.rank;
-  }
+  ExpectGrownBack(from, to);
 }
 
 }  // namespace
