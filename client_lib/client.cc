@@ -24,11 +24,6 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 
 }  // namespace
 
-bool IsPeerLoss(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsInternal(status) || absl::IsCancelled(status);
-}
-
 struct Client::Sidecar {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Agent::Stub> stub;

@@ -114,11 +114,8 @@ struct Step {
   v1::RankStep plan;
 };
 
-/// Whether a step's error says a peer is gone (UNAVAILABLE,
-/// DEADLINE_EXCEEDED, INTERNAL or CANCELLED from a collective or a group's
-/// formation) rather than a plan the rank could not run: what a trainer
-/// answers with `Client::NextEpoch` instead of failing.
-bool IsPeerLoss(const absl::Status& status);
+// `IsPeerLoss(status)` (comm/communicator.h): whether a step's error says a
+// peer is gone, what a trainer answers with `Client::NextEpoch`.
 
 /// The training loop's view of dcp: fetch each step's plan, run its tasks,
 /// report how long they took. C++ first; a Python binding wraps the same

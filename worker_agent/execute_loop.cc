@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "comm/communicator.h"
 #include "common/status_macros.h"
 #include "worker_agent/simulated_step.h"
 
@@ -131,7 +132,7 @@ class ExecuteRun {
     const absl::Time step_start = clock_.Now();
     absl::StatusOr<StepExecution> done =
         RunOne(step, executor_.get(), options_, clock_);
-    if (!done.ok() && executor_ != nullptr && IsPeerFailure(done.status())) {
+    if (!done.ok() && executor_ != nullptr && IsPeerLoss(done.status())) {
       given_up_ = GivenUp{true, step.epoch(), step.step(), done.status()};
       ++summary_.given_up;
       if (options_.on_step_given_up) {

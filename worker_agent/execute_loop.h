@@ -80,7 +80,7 @@ struct ExecuteLoopOptions {
   /// (`SimulateStep`), so the ranks follow any change of the world.
   bool simulate = false;
   absl::Duration simulate_task_time = absl::Milliseconds(10);
-  /// Told of each step given up because a peer failed (`IsPeerFailure`),
+  /// Told of each step given up because a peer failed (`IsPeerLoss`),
   /// with its error, and of each later step of that epoch skipped
   /// (status OK). May be empty.
   std::function<void(const v1::RankStep& step, const absl::Status& status)>
@@ -106,7 +106,7 @@ struct ExecuteSummary {
 /// optimizer step), the log lines, then its timings reported.
 ///
 /// Follows the scheduler's epochs: a step that fails because a peer is gone
-/// (`IsPeerFailure`: the weights are then those before it) is not reported,
+/// (`IsPeerLoss`: the weights are then those before it) is not reported,
 /// the epoch's groups are aborted, and the epoch's later steps are skipped
 /// until a step of a later epoch arrives (a shrink re-plans the steps not
 /// completed for the ranks left); that step re-forms the groups over its

@@ -99,18 +99,6 @@ const v1::CommGroup* GroupOf(const v1::ProfileRequest& request, int p,
 
 }  // namespace
 
-bool IsPeerFailure(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kCancelled:
-      return true;
-    default:
-      return false;
-  }
-}
-
 absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
     ModelExecutorOptions options, RendezvousStoreInterface* store) {
   RETURN_IF_ERROR(CheckOptions(options));
@@ -160,7 +148,7 @@ absl::StatusOr<StepExecution> ModelExecutor::RunStep(const v1::RankStep& step) {
   }
   absl::StatusOr<train::StepStats> ran = trainer_->Step(scaled);
   if (!ran.ok()) {
-    if (IsPeerFailure(ran.status())) groups_->EvictBefore(step.epoch() + 1);
+    if (IsPeerLoss(ran.status())) groups_->EvictBefore(step.epoch() + 1);
     return ran.status();
   }
   const train::StepStats& stats = *ran;

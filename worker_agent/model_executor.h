@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "comm/communicator.h"
 #include "comm/rendezvous_store.h"
 #include "common/clock.h"
 #include "common/model_spec.h"
@@ -115,7 +116,7 @@ class ModelExecutor {
   /// and makes the new world's state one (`RankTrainer::Step`).
   /// INVALID_ARGUMENT naming the rank, step and task for a plan the rank
   /// cannot run (the other ranks then fail ABORTED, none takes the
-  /// optimizer step); a peer failure (`IsPeerFailure`) when a peer is
+  /// optimizer step); a peer failure (`IsPeerLoss`) when a peer is
   /// missing: the step's epoch is then given up, its groups aborted (the
   /// peers' collectives on them fail at once) and its later steps refused
   /// FAILED_PRECONDITION.
@@ -152,11 +153,8 @@ class ModelExecutor {
   int64_t epoch_ = 0;
 };
 
-/// Whether a step's error says a peer or the network is gone (UNAVAILABLE,
-/// DEADLINE_EXCEEDED, INTERNAL or CANCELLED from a collective), rather than
-/// a plan this rank or another could not run: the weights are those before
-/// the step, and a new world can go on from them.
-bool IsPeerFailure(const absl::Status& status);
+// A step that failed with `IsPeerLoss` (comm/communicator.h) left the
+// weights those before it: a new world can go on from them.
 
 }  // namespace dcp
 
