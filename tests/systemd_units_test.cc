@@ -48,6 +48,7 @@ using testing_process::WriteFile;
 
 constexpr char kScheduler[] = "dcp-scheduler.service";
 constexpr char kAgent[] = "dcp-agent@.service";
+constexpr char kRelay[] = "dcp-node-relay.service";
 // systemd-analyze security's scale, times ten: 2.0 and below is what it
 // calls "OK" (the units score 1.5 and 2.0 with systemd 252).
 constexpr int kExposureThreshold = 20;
@@ -77,18 +78,19 @@ class SystemdUnitsTest : public ::testing::Test {
     fs::create_directories(root_ + "/usr/lib/systemd");
     fs::copy(SystemUnitDir(), root_ + "/usr/lib/systemd/system",
              fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-    for (const char* unit : {kScheduler, kAgent}) {
+    for (const char* unit : {kScheduler, kAgent, kRelay}) {
       fs::copy_file(Binary(absl::StrCat("deploy/systemd/", unit)),
                     root_ + "/etc/systemd/system/" + unit);
     }
-    for (const char* env : {"scheduler.env", "agent.env"}) {
+    for (const char* env : {"scheduler.env", "agent.env", "node-relay.env"}) {
       fs::copy_file(Binary(absl::StrCat("deploy/systemd/", env)),
                     root_ + "/etc/dcp/" + env);
     }
     // Copies, not links: under --root, systemd resolves an absolute link
     // inside the root.
     for (const char* bin :
-         {"scheduler/server/dcp-scheduler", "worker_agent/dcp-agent"}) {
+         {"scheduler/server/dcp-scheduler", "worker_agent/dcp-agent",
+          "worker_agent/relay/dcp-node-relay"}) {
       fs::copy_file(Binary(bin), root_ + "/opt/dcp/bin/" +
                                      fs::path(bin).filename().string());
     }
@@ -106,7 +108,8 @@ class SystemdUnitsTest : public ::testing::Test {
 };
 
 TEST_F(SystemdUnitsTest, VerifyFindsNothingToSay) {
-  const CommandResult verify = Verify({kScheduler, "dcp-agent@0.service"});
+  const CommandResult verify =
+      Verify({kScheduler, "dcp-agent@0.service", kRelay});
   EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
   EXPECT_EQ(verify.out + verify.err, "");
 }
@@ -132,7 +135,7 @@ TEST_F(SystemdUnitsTest, VerifyCatchesATypoAndAMissingBinary) {
 }
 
 TEST_F(SystemdUnitsTest, HardenedAsSystemdJudgesIt) {
-  for (const char* unit : {kScheduler, "dcp-agent@0.service"}) {
+  for (const char* unit : {kScheduler, "dcp-agent@0.service", kRelay}) {
     const CommandResult security =
         RunCommand("systemd-analyze-security",
                    {analyze_, "security", "--offline=yes", "--root=" + root_,
@@ -143,8 +146,8 @@ TEST_F(SystemdUnitsTest, HardenedAsSystemdJudgesIt) {
     EXPECT_TRUE(absl::StrContains(security.out, "Overall exposure level"))
         << security.out << security.err;
   }
-  // What the issue asks for by name, in both units.
-  for (const char* unit : {kScheduler, kAgent}) {
+  // What the issue asks for by name, in every unit.
+  for (const char* unit : {kScheduler, kAgent, kRelay}) {
     const std::string text =
         ReadFile(Binary(absl::StrCat("deploy/systemd/", unit)));
     for (const char* line :
@@ -173,6 +176,9 @@ TEST_F(SystemdUnitsTest, EveryFlagIsTheBinarys) {
         "deploy/systemd/scheduler.env"}},
       {"worker_agent/dcp-agent",
        {"deploy/systemd/dcp-agent@.service", "deploy/systemd/agent.env"}},
+      {"worker_agent/relay/dcp-node-relay",
+       {"deploy/systemd/dcp-node-relay.service",
+        "deploy/systemd/node-relay.env"}},
   };
   for (const Case& c : cases) {
     const std::map<std::string, std::string> defined =
