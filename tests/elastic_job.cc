@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -71,6 +73,18 @@ std::vector<ExecutionLine> ElasticJobTest::Logged(int rank) const {
 
 std::vector<int64_t> ElasticJobTest::LoggedSteps(int rank) const {
   return testing_process::LoggedSteps(LogPath(rank));
+}
+
+void ElasticJobTest::ExpectEveryStepAndSampleOnce() const {
+  std::vector<int64_t> all(job_.shape.max_steps);
+  std::iota(all.begin(), all.end(), 0);
+  for (int r = 0; r < job_.shape.world_size; ++r) {
+    std::vector<int64_t> steps = LoggedSteps(r);
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    EXPECT_EQ(steps, all) << "rank " << r;
+  }
+  testing_process::ExpectEachJobStepOnce(
+      testing_process::SamplesByStep(Tasks({})), JobSteps(), {});
 }
 
 bool ElasticJobTest::Ran(int rank, int64_t step) const {

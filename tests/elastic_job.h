@@ -116,6 +116,11 @@ class ElasticJobTest : public ::testing::Test {
                                                  const std::string& world);
   /// Waits for the agents still running to exit 0.
   void ExpectAgentsFinish();
+  /// For a job no rank failed in: each rank's distinct steps are [0,
+  /// max_steps) in order (a restarted rank may repeat the step it had not
+  /// reported, never skip one), and every sample of every job step trained
+  /// once.
+  void ExpectEveryStepAndSampleOnce() const;
 
   const ElasticJob job_;
   std::string address_;

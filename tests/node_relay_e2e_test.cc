@@ -142,20 +142,6 @@ class NodeRelayE2eTest : public ElasticJobTest {
     return SumSamples(text, "dcp_scheduler_rpcs_total", labels);
   }
 
-  /// Each rank ran every step (a restarted rank may repeat the step it had
-  /// not reported), and every sample of every job step trained once.
-  void ExpectEveryStepAndSampleOnce() const {
-    for (int r = 0; r < kWorld; ++r) {
-      std::vector<int64_t> steps = LoggedSteps(r);
-      steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-      std::vector<int64_t> all(kSteps);
-      for (int s = 0; s < kSteps; ++s) all[s] = s;
-      EXPECT_EQ(steps, all) << "rank " << r;
-    }
-    testing_process::ExpectEachJobStepOnce(
-        testing_process::SamplesByStep(Tasks({})), JobSteps(), {});
-  }
-
   std::string MetricsPortPath() const {
     return TmpPath(prefix() + "-scheduler.metrics_port");
   }

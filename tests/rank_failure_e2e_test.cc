@@ -99,24 +99,6 @@ class RankFailureTest : public ElasticJobTest {
 
   void KillAgent(int rank) { testing_process::KillAndReap(agents_[rank]); }
 
-  /// Each rank's distinct steps are [0, kSteps), in order (a restarted
-  /// rank may repeat the step it had not reported, never skip one).
-  void ExpectEveryRankRanEveryStep() const {
-    for (int r = 0; r < kWorld; ++r) {
-      std::vector<int64_t> steps = LoggedSteps(r);
-      steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-      std::vector<int64_t> all(kSteps);
-      for (int s = 0; s < kSteps; ++s) all[s] = s;
-      EXPECT_EQ(steps, all) << "rank " << r;
-    }
-  }
-
-  void ExpectExactlyOnceWithoutShrink() const {
-    ExpectEveryRankRanEveryStep();
-    testing_process::ExpectEachJobStepOnce(
-        testing_process::SamplesByStep(Tasks({})), JobSteps(), {});
-  }
-
   std::pair<int64_t, int64_t> KillVictimAndAwaitShrink() {
     return StopAndAwaitShrink(kVictim, kKillAfter, Stop::kKill, 1, kShrunk);
   }
@@ -170,7 +152,7 @@ TEST_F(RankFailureTest, HoldWaitsForTheRankAndLosesNothing) {
   EXPECT_EQ(JsonNumber(done["completed_steps"]), kSteps);
   EXPECT_FALSE(done.value("holding", false));
   EXPECT_EQ(JsonNumber(done["live_ranks"]), kWorld);
-  ExpectExactlyOnceWithoutShrink();
+  ExpectEveryStepAndSampleOnce();
 }
 
 /// After a shrink that abandoned steps [from, to) and a finished job: the
@@ -276,7 +258,7 @@ TEST_F(RankFailureTest, AHungAgentIsFailedUnderHoldAndRejoinsWhenItWakes) {
   EXPECT_EQ(JsonNumber(done["completed_steps"]), kSteps);
   EXPECT_EQ(JsonNumber(done["rank_failures"]), 1);
   EXPECT_EQ(JsonNumber(done["live_ranks"]), kWorld);
-  ExpectExactlyOnceWithoutShrink();
+  ExpectEveryStepAndSampleOnce();
 }
 
 TEST_F(RankFailureTest, AnAgentBackBeforeTheTimeoutRejoinsAtAStepBoundary) {
@@ -313,7 +295,7 @@ TEST_F(RankFailureTest, AnAgentBackBeforeTheTimeoutRejoinsAtAStepBoundary) {
   for (size_t i = 1; i < after.size(); ++i) {
     EXPECT_EQ(after[i], after[i - 1] + 1);
   }
-  ExpectExactlyOnceWithoutShrink();
+  ExpectEveryStepAndSampleOnce();
 }
 
 /// A job long enough that the three survivors are still at it when the
