@@ -5,104 +5,31 @@
 
 #include <algorithm>
 #include <exception>
-#include <functional>
 #include <limits>
-#include <numeric>
 #include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "c10/util/Exception.h"
 #include "comm/comm_key.h"
+#include "comm/communicator.h"
 #include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
+#include "train/trainer_internal.h"
 
 namespace dcp::train {
+
+using trainer_internal::AllReduce;
+using trainer_internal::Annotate;
+using trainer_internal::ExceptionText;
+using trainer_internal::Where;
+using trainer_internal::WhereTask;
+
 namespace {
 
 // The agreement's "no task failed".
 constexpr int64_t kNoFailure = std::numeric_limits<int64_t>::max();
-
-std::string Where(const RankPlan& plan) {
-  return absl::StrCat("rank ", plan.rank, ", step ", plan.step, " (epoch ",
-                      plan.epoch, ")");
-}
-
-std::string WhereTask(const RankPlan& plan, const RankTask& task) {
-  return absl::StrCat(Where(plan), ", task ", task.task_index, " (micro-step ",
-                      task.micro_step, " of ", plan.tasks.size(), ", group [",
-                      absl::StrJoin(task.group_ranks, ","), "])");
-}
-
-absl::Status Annotate(const absl::Status& status, const std::string& where) {
-  return absl::Status(status.code(),
-                      absl::StrCat(where, ": ", status.message()));
-}
-
-std::string ExceptionText(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
-    return c10->what_without_backtrace();
-  }
-  return e.what();
-}
-
-// A failure that says a peer or the network is gone: waiting on the peers
-// again would only wait out another timeout.
-bool IsCommunicationFailure(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kCancelled:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// One all-reduce of `tensor` (in place) over the world.
-absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
-                       c10d::ReduceOp op, const char* what) {
-  std::vector<at::Tensor> tensors = {tensor};
-  try {
-    c10d::AllreduceOptions options;
-    options.reduceOp = op;
-    world.allreduce(tensors, options)->wait();
-  } catch (const std::exception& e) {
-    const std::string text = ExceptionText(e);
-    const std::string lower = absl::AsciiStrToLower(text);
-    const std::string message =
-        absl::StrCat(what, " over the data-parallel world of ", world.getSize(),
-                     " ranks failed: ", text);
-    if (absl::StrContains(lower, "timed out") ||
-        absl::StrContains(lower, "timeout")) {
-      return absl::DeadlineExceededError(message);
-    }
-    return absl::UnavailableError(message);
-  }
-  return absl::OkStatus();
-}
-
-// A broadcast of `tensor` (in place) from group rank `root` over the world.
-absl::Status Broadcast(c10d::ProcessGroup& world, at::Tensor& tensor, int root,
-                       const char* what) {
-  std::vector<at::Tensor> tensors = {tensor};
-  try {
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    world.broadcast(tensors, options)->wait();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat(what, " from rank ", root, " of the data-parallel world of ",
-                     world.getSize(), " ranks failed: ", ExceptionText(e)));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckCorpusFits(const RankTrainerOptions& o) {
   const ModelSpec& m = o.model.model;
@@ -316,150 +243,6 @@ absl::StatusOr<StepStats> RankTrainer::Step(const RankPlan& plan,
   return stats;
 }
 
-absl::StatusOr<StepStats> RankTrainer::StepInWorld(const RankPlan& plan,
-                                                   std::vector<int> members,
-                                                   const StepOptions& options) {
-  if (members.size() == 1) {
-    synced_epoch_ = plan.epoch;
-    const std::string start = WeightsDigest();
-    absl::StatusOr<StepStats> stats = RunStep(plan, nullptr, options);
-    if (stats.ok()) stats->start_digest = start;
-    return stats;
-  }
-  absl::StatusOr<c10d::ProcessGroup*> world = groups_->DataParallel(
-      std::move(members), plan.epoch,
-      absl::StrCat(options_.session_id, "/e", plan.epoch, "/dp"));
-  if (!world.ok()) return Annotate(world.status(), Where(plan));
-  if (plan.epoch != synced_epoch_) {
-    absl::Status synced = SyncState(**world);
-    if (!synced.ok()) return Annotate(synced, Where(plan));
-    synced_epoch_ = plan.epoch;
-  }
-  RETURN_IF_ERROR(FormTaskGroups(plan));
-  const std::string start = WeightsDigest();
-  absl::StatusOr<StepStats> stats = RunStep(plan, *world, options);
-  if (stats.ok()) stats->start_digest = start;
-  return stats;
-}
-
-absl::Status RankTrainer::RollBack(int64_t abandoned_from) {
-  auto first = std::find_if(
-      history_.begin(), history_.end(),
-      [abandoned_from](const Saved& s) { return s.step >= abandoned_from; });
-  if (first == history_.end()) {
-    if (forgotten_through_ < abandoned_from) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step ", forgotten_through_, " was abandoned after this rank applied "
-        "it, and its state before is no longer kept (the last ",
-        options_.history, " steps' are)"));
-  }
-  if (first == history_.begin() && forgotten_through_ >= abandoned_from) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "steps from ", abandoned_from, " were abandoned, but the state before "
-        "step ", forgotten_through_, " is no longer kept"));
-  }
-  RETURN_IF_ERROR(InstallState(first->state));
-  history_.erase(first, history_.end());
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<int>> RankTrainer::WorldOf(
-    const RankPlan& plan) const {
-  std::vector<int> world = plan.world_ranks;
-  if (world.empty()) {
-    world.resize(options_.world_size);
-    std::iota(world.begin(), world.end(), 0);
-  }
-  const bool valid =
-      std::adjacent_find(world.begin(), world.end(),
-                         std::greater_equal<int>()) == world.end() &&
-      world.front() >= 0 && world.back() < options_.world_size &&
-      std::binary_search(world.begin(), world.end(), options_.rank);
-  if (!valid) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(plan), ": the step's world [", absl::StrJoin(world, ","),
-        "] is not an ascending set of ranks of the job's ", options_.world_size,
-        " holding this rank"));
-  }
-  return world;
-}
-
-absl::Status RankTrainer::SyncState(c10d::ProcessGroup& world) {
-  // A trainer that took no step holds the seeded weights, as a fresh one. A
-  // rank that hung through an epoch holds an older state than the ranks
-  // that trained on: the state is the newest epoch's, whatever its steps.
-  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  const bool holds = steps_applied_ > 0;
-  at::Tensor newest = at::tensor({holds ? synced_epoch_ : -1}, at::kLong);
-  RETURN_IF_ERROR(AllReduce(world, newest, c10d::ReduceOp::MAX,
-                            "agreeing on the newest epoch a state is of"));
-  if (newest.item<int64_t>() == -1) return absl::OkStatus();
-  const bool candidate = holds && synced_epoch_ == newest.item<int64_t>();
-  const int64_t mine = candidate ? steps_applied_ : kNone;
-  at::Tensor fewest = at::tensor({mine}, at::kLong);
-  RETURN_IF_ERROR(AllReduce(world, fewest, c10d::ReduceOp::MIN,
-                            "agreeing on the state to start the epoch from"));
-  at::Tensor source = at::tensor(
-      {mine == fewest.item<int64_t>() ? world.getRank() : kNone}, at::kLong);
-  RETURN_IF_ERROR(AllReduce(world, source, c10d::ReduceOp::MIN,
-                            "choosing the member whose state the epoch takes"));
-  const int root = static_cast<int>(source.item<int64_t>());
-  std::vector<at::Tensor> state = StateTensors();
-  for (at::Tensor& tensor : state) {
-    RETURN_IF_ERROR(Broadcast(world, tensor, root, "sending the world's state"));
-  }
-  if (world.getRank() == root) return absl::OkStatus();
-  return InstallState(state);
-}
-
-std::vector<at::Tensor> RankTrainer::StateTensors() {
-  const std::vector<at::Tensor> params = model_->parameters();
-  std::vector<at::Tensor> weights, first, second;
-  int64_t adam_step = 0;
-  for (const at::Tensor& p : params) {
-    weights.push_back(p.detach().reshape({-1}));
-    auto found = optimizer_->state().find(
-        c10::guts::to_string(p.unsafeGetTensorImpl()));
-    if (found == optimizer_->state().end()) {
-      first.push_back(at::zeros({p.numel()}, p.options()));
-      second.push_back(at::zeros({p.numel()}, p.options()));
-      continue;
-    }
-    auto& adam = static_cast<torch::optim::AdamWParamState&>(*found->second);
-    first.push_back(adam.exp_avg().reshape({-1}));
-    second.push_back(adam.exp_avg_sq().reshape({-1}));
-    adam_step = adam.step();
-  }
-  return {at::tensor({steps_applied_, adam_step}, at::kLong), at::cat(weights),
-          at::cat(first), at::cat(second)};
-}
-
-absl::Status RankTrainer::InstallState(const std::vector<at::Tensor>& state) {
-  const auto counts = state[0].accessor<int64_t, 1>();
-  steps_applied_ = counts[0];
-  const int64_t adam_step = counts[1];
-  at::NoGradGuard no_grad;
-  int64_t offset = 0;
-  try {
-    for (const at::Tensor& p : model_->parameters()) {
-      const int64_t n = p.numel();
-      at::Tensor w = p;  // Shares the parameter's storage.
-      w.copy_(state[1].narrow(0, offset, n).view_as(p));
-      auto adam = std::make_unique<torch::optim::AdamWParamState>();
-      adam->step(adam_step);
-      adam->exp_avg(state[2].narrow(0, offset, n).view_as(p).clone());
-      adam->exp_avg_sq(state[3].narrow(0, offset, n).view_as(p).clone());
-      optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] =
-          std::move(adam);
-      offset += n;
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("installing the world's state failed: ", ExceptionText(e)));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RankTrainer::FormTaskGroups(const RankPlan& plan) {
   for (const RankTask& task : plan.tasks) {
     if (task.group_ranks.size() < 2) continue;
@@ -510,7 +293,7 @@ RankTrainer::TasksRun RankTrainer::RunTasks(const RankPlan& plan,
     run.failure = Annotate(status, WhereTask(plan, task));
     run.failed_task = task.task_index;
     // With a peer gone, the rest of the step would only wait it out again.
-    if (IsCommunicationFailure(status)) {
+    if (IsPeerLoss(status)) {
       run.peer_gone = true;
       break;
     }

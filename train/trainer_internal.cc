@@ -1,0 +1,73 @@
+#include "train/trainer_internal.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "c10/util/Exception.h"
+
+namespace dcp::train::trainer_internal {
+
+std::string Where(const RankPlan& plan) {
+  return absl::StrCat("rank ", plan.rank, ", step ", plan.step, " (epoch ",
+                      plan.epoch, ")");
+}
+
+std::string WhereTask(const RankPlan& plan, const RankTask& task) {
+  return absl::StrCat(Where(plan), ", task ", task.task_index, " (micro-step ",
+                      task.micro_step, " of ", plan.tasks.size(), ", group [",
+                      absl::StrJoin(task.group_ranks, ","), "])");
+}
+
+absl::Status Annotate(const absl::Status& status, const std::string& where) {
+  return absl::Status(status.code(),
+                      absl::StrCat(where, ": ", status.message()));
+}
+
+std::string ExceptionText(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
+    return c10->what_without_backtrace();
+  }
+  return e.what();
+}
+
+absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
+                       c10d::ReduceOp op, const char* what) {
+  std::vector<at::Tensor> tensors = {tensor};
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    world.allreduce(tensors, options)->wait();
+  } catch (const std::exception& e) {
+    const std::string text = ExceptionText(e);
+    const std::string lower = absl::AsciiStrToLower(text);
+    const std::string message =
+        absl::StrCat(what, " over the data-parallel world of ", world.getSize(),
+                     " ranks failed: ", text);
+    if (absl::StrContains(lower, "timed out") ||
+        absl::StrContains(lower, "timeout")) {
+      return absl::DeadlineExceededError(message);
+    }
+    return absl::UnavailableError(message);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Broadcast(c10d::ProcessGroup& world, at::Tensor& tensor, int root,
+                       const char* what) {
+  std::vector<at::Tensor> tensors = {tensor};
+  try {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    world.broadcast(tensors, options)->wait();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " from rank ", root, " of the data-parallel world of ",
+                     world.getSize(), " ranks failed: ", ExceptionText(e)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dcp::train::trainer_internal
