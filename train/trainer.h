@@ -203,9 +203,6 @@ class RankTrainer {
                     TaskOutcome& outcome);
   absl::Status RunTask(const RankPlan& plan, const RankTask& task, bool refuse,
                        TaskOutcome& outcome);
-  // The task's inputs and targets for this rank's shard.
-  absl::StatusOr<PackedTask> Materialise(const RankPlan& plan,
-                                         const RankTask& task) const;
   // Sums gradients and stats over `world`, takes the optimizer step.
   absl::StatusOr<StepStats> Finish(const RankPlan& plan,
                                    c10d::ProcessGroup* world, double loss,

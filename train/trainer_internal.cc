@@ -33,19 +33,15 @@ std::string ExceptionText(const std::exception& e) {
   return e.what();
 }
 
-absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
-                       c10d::ReduceOp op, const char* what) {
-  std::vector<at::Tensor> tensors = {tensor};
+absl::Status RunCollective(
+    const std::string& what,
+    absl::FunctionRef<c10::intrusive_ptr<c10d::Work>()> start) {
   try {
-    c10d::AllreduceOptions options;
-    options.reduceOp = op;
-    world.allreduce(tensors, options)->wait();
+    start()->wait();
   } catch (const std::exception& e) {
     const std::string text = ExceptionText(e);
     const std::string lower = absl::AsciiStrToLower(text);
-    const std::string message =
-        absl::StrCat(what, " over the data-parallel world of ", world.getSize(),
-                     " ranks failed: ", text);
+    const std::string message = absl::StrCat(what, " failed: ", text);
     if (absl::StrContains(lower, "timed out") ||
         absl::StrContains(lower, "timeout")) {
       return absl::DeadlineExceededError(message);
@@ -55,19 +51,25 @@ absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
   return absl::OkStatus();
 }
 
+absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
+                       c10d::ReduceOp op, const char* what) {
+  std::vector<at::Tensor> tensors = {tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  return RunCollective(absl::StrCat(what, " over the data-parallel world of ",
+                                    world.getSize(), " ranks"),
+                       [&] { return world.allreduce(tensors, options); });
+}
+
 absl::Status Broadcast(c10d::ProcessGroup& world, at::Tensor& tensor, int root,
                        const char* what) {
   std::vector<at::Tensor> tensors = {tensor};
-  try {
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    world.broadcast(tensors, options)->wait();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat(what, " from rank ", root, " of the data-parallel world of ",
-                     world.getSize(), " ranks failed: ", ExceptionText(e)));
-  }
-  return absl::OkStatus();
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  return RunCollective(
+      absl::StrCat(what, " from rank ", root, " of the data-parallel world of ",
+                   world.getSize(), " ranks"),
+      [&] { return world.broadcast(tensors, options); });
 }
 
 }  // namespace dcp::train::trainer_internal

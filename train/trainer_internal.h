@@ -3,13 +3,15 @@
 
 // What trainer.cc (a step: tasks, the gradient all-reduce, the optimizer)
 // and trainer_world.cc (an epoch's world: undo, state agreement) share:
-// error context and the two world collectives. Private to //train:trainer.
+// error context, the one wrapper every collective runs through, and the two
+// world collectives. Private to //train:trainer.
 
 #include <ATen/ATen.h>
 
 #include <exception>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
 #include "train/rank_plan.h"
@@ -25,12 +27,23 @@ absl::Status Annotate(const absl::Status& status, const std::string& where);
 /// The exception's message, without c10's backtrace.
 std::string ExceptionText(const std::exception& e);
 
-/// One all-reduce of `tensor` (in place) over the world: DEADLINE_EXCEEDED
-/// when it timed out, UNAVAILABLE for any other failure, naming `what`.
+/// Runs one collective: `start` issues it over a group, this waits for it.
+/// What c10d throws (a peer gone, a timeout) becomes DEADLINE_EXCEEDED when
+/// it timed out and UNAVAILABLE otherwise, both peer losses to
+/// `IsPeerLoss` (comm/communicator.h), with the message "`what` failed:
+/// <c10d's text>". Every world collective of the step and of the epoch's
+/// state agreement goes through it.
+absl::Status RunCollective(
+    const std::string& what,
+    absl::FunctionRef<c10::intrusive_ptr<c10d::Work>()> start);
+
+/// One all-reduce of `tensor` (in place) over the world; `RunCollective`'s
+/// errors, naming `what` and the world's size.
 absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,
                        c10d::ReduceOp op, const char* what);
 /// A broadcast of `tensor` (in place) from group rank `root` over the
-/// world; UNAVAILABLE naming `what` when it fails.
+/// world; `RunCollective`'s errors, naming `what`, `root` and the world's
+/// size.
 absl::Status Broadcast(c10d::ProcessGroup& world, at::Tensor& tensor, int root,
                        const char* what);
 

@@ -86,6 +86,7 @@
 #include "common/grpc_credentials.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
+#include "common/metrics/metrics_server_flags.h"
 #include "common/metrics/metrics_tls_flags.h"
 #include "common/model_spec.h"
 #include "common/process_memory.h"
@@ -366,6 +367,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
   options.listen_address = absl::GetFlag(FLAGS_metrics_listen);
   options.registry = registry;
   options.tls = MetricsTlsOptionsFromFlags();
+  RETURN_IF_ERROR(ApplyMetricsServerLimitFlags(options));
   ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> server,
                    MetricsHttpServer::Start(options));
   std::fprintf(stderr, "%s dcp-agent rank %d: metrics on %s\n", Now().c_str(),
@@ -536,6 +538,7 @@ int main(int argc, char** argv) {
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]\n"
       "    [--metrics_tls_cert=PEM --metrics_tls_key=PEM "
       "[--metrics_tls_ca=PEM]]\n"
+      "    [--metrics_max_connections=N] [--metrics_connection_timeout=D]\n"
       "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
       "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);

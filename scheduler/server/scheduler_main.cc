@@ -48,6 +48,7 @@
 #include "common/file_util.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
+#include "common/metrics/metrics_server_flags.h"
 #include "common/metrics/metrics_tls_flags.h"
 #include "common/model_spec.h"
 #include "common/security_flags.h"
@@ -363,6 +364,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsServer(
   options.listen_address = listen;
   options.registry = registry;
   options.tls = MetricsTlsOptionsFromFlags();
+  RETURN_IF_ERROR(ApplyMetricsServerLimitFlags(options));
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start(options);
   if (absl::IsUnavailable(server.status()) && listen == kDefaultMetricsListen) {
@@ -497,6 +499,7 @@ int main(int argc, char** argv) {
       "[--state_dir=DIR]\n"
       "    [--metrics_tls_cert=PEM --metrics_tls_key=PEM "
       "[--metrics_tls_ca=PEM]]\n"
+      "    [--metrics_max_connections=N] [--metrics_connection_timeout=D]\n"
       "    [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]] "
       "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);
