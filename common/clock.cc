@@ -27,6 +27,12 @@ absl::Time ProcessCpuClock::Now() {
   return absl::UnixEpoch() + absl::DurationFromTimespec(ts);
 }
 
+absl::Time ThreadCpuClock::Now() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return absl::UnixEpoch() + absl::DurationFromTimespec(ts);
+}
+
 struct FakeClock::Sleeper {
   /// The waiter's mutex, and the flag `MoveTo` sets under it when the
   /// deadline is reached.

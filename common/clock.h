@@ -59,6 +59,15 @@ class ProcessCpuClock : public Clock {
   absl::Time Now() override;
 };
 
+/// The CPU time the calling thread has used, as a time after the Unix
+/// epoch: what one thread's work costs, whatever else runs (a planning
+/// step's CPU, as `ControlPlane` counts it). Differences of two readings are
+/// only meaningful on the same thread. Stateless; thread-safe.
+class ThreadCpuClock : public Clock {
+ public:
+  absl::Time Now() override;
+};
+
 /// A clock that moves only when told to. Thread-safe.
 ///
 /// A wait on it (`AwaitWithDeadline`) ends when its condition holds or when

@@ -21,6 +21,9 @@ struct PlannedStepEvent {
   double predicted_seconds = 0;
   /// How long planning took, by the injected clock.
   absl::Duration planning_time;
+  /// The planning thread's CPU time over the same span, by the control
+  /// plane's CPU clock (`ControlPlaneOptions::planning_cpu_clock`).
+  absl::Duration planning_cpu_time;
   /// Per task, in execution order: its sequence-parallel group size and
   /// recompute ratio.
   std::vector<int> task_group_sizes;

@@ -357,6 +357,9 @@ ControlPlane::ControlPlane(ControlPlaneOptions options)
       limits_{options_.world_size, options_.cluster.gpus_per_node,
               options_.max_task_seconds},
       clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
+      planning_cpu_clock_(options_.planning_cpu_clock != nullptr
+                              ? options_.planning_cpu_clock
+                              : &thread_cpu_clock_),
       journal_(options_.state_store),
       ledger_(LedgerOptions(options_)),
       refits_(InitialModel(options_), options_.prior_weight, &ledger_,
@@ -474,6 +477,7 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
     }
   }
   const absl::Time start = clock_->Now();
+  const absl::Time cpu_start = planning_cpu_clock_->Now();
   // A step a shrink abandoned is trained again before new samples.
   absl::StatusOr<std::vector<int64_t>> samples =
       next->reserve_of >= 0 ? next->samples : builder_->NextStep();
@@ -490,6 +494,8 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
   v1::StepPlan proto = ToProto(*plan, lengths_, next->epoch);
   if (world != options_.world_size) MapRanks(next->members, proto);
   const absl::Duration planning_time = clock_->Now() - start;
+  const absl::Duration planning_cpu_time =
+      planning_cpu_clock_->Now() - cpu_start;
   proto.set_planned_at_unix_micros(absl::ToUnixMicros(clock_->Now()));
   // Durable before any stream can see it.
   if (absl::Status kept = journal_.WritePlan(proto); !kept.ok()) {
@@ -498,6 +504,7 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
   }
   PlannedStepEvent event = PlannedEventOf(
       proto, *next, planning_time, planner_->cost_model(), options_.world_size);
+  event.planning_cpu_time = planning_cpu_time;
   // A drain or shutdown while planning discards the step.
   if (!window_.AddPlannedStep(std::move(proto), *next)) {
     return std::nullopt;

@@ -118,6 +118,10 @@ struct ControlPlaneOptions {
   /// Time source for idle times and planning durations; null = real time.
   /// Not owned; must outlive the control plane.
   Clock* clock = nullptr;
+  /// The planning thread's CPU time, read around each planning step
+  /// (`PlannedStepEvent::planning_cpu_time`); null = `ThreadCpuClock`. Not
+  /// owned; must outlive the control plane.
+  Clock* planning_cpu_clock = nullptr;
   /// Called after each planned step, on the planning thread, without locks
   /// held. Must be thread-safe and quick (it delays planning).
   std::function<void(const PlannedStepEvent&)> on_step_planned;
@@ -432,6 +436,8 @@ class ControlPlane {
   const ReportLimits limits_;
   RealClock real_clock_;
   Clock* const clock_;
+  ThreadCpuClock thread_cpu_clock_;
+  Clock* const planning_cpu_clock_;
   /// Makes effects durable before they leave (keeps nothing without a
   /// state store).
   const JobJournal journal_;

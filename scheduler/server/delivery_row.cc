@@ -23,6 +23,7 @@
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control/control_plane.h"
 #include "scheduler/planner/cost_model.h"
+#include "scheduler/server/delivery_processes.h"
 #include "scheduler/server/delivery_stats.h"
 #include "scheduler/server/planned_step_log.h"
 #include "scheduler/server/scheduler_server.h"
@@ -217,9 +218,143 @@ double RelayCpuSeconds(const RowConfig& config) {
   return config.relays != nullptr ? config.relays->CpuSeconds() : 0;
 }
 
+// The dcp-scheduler flags of a row's child scheduler: the settings
+// `ServerOptions` gives the in-process one, and a short stop.
+std::vector<std::string> SchedulerFlags(const RowConfig& config,
+                                        int64_t max_steps) {
+  const int n = config.agents;
+  return {
+      "--lengths=" + config.lengths_path,
+      "--model=" + config.model.name,
+      absl::StrCat("--world_size=", n),
+      absl::StrCat("--window=", config.window),
+      absl::StrCat("--tokens_per_step=", int64_t{n} * config.tokens_per_rank),
+      absl::StrCat("--lookahead_steps=", config.lookahead_steps),
+      absl::StrCat("--refit_every=", config.refit_every),
+      absl::StrCat("--max_steps=", max_steps),
+      absl::StrCat("--fanout_threads=", config.fanout_threads),
+      "--stop_grace=1s",
+  };
+}
+
+// Waits for every agent to end; cancels them when `max_time` is up (a
+// child scheduler is not drained from here: the row keeps what arrived).
+void AwaitAgentsApart(const RowConfig& config, AgentFleet& fleet,
+                      AgentRun& run) {
+  if (run.all_done.WaitForNotificationWithTimeout(config.max_time)) return;
+  std::fprintf(stderr,
+               "  %d agents: --max_seconds reached, cancelling the agents\n",
+               config.agents);
+  fleet.Cancel();
+  run.all_done.WaitForNotification();
+}
+
+// Without t0: per step in [first_measured, max_steps), whether every agent
+// has it, and the rate from when the last one did.
+void ReduceArrivals(const AgentFleet& fleet, int64_t first_measured,
+                    int64_t max_steps, absl::Time start, RowResult* result) {
+  std::vector<std::pair<double, double>> delivered;
+  for (int64_t step = first_measured; step < max_steps; ++step) {
+    absl::Time latest = absl::InfinitePast();
+    bool complete = true;
+    for (int rank = 0; rank < fleet.size() && complete; ++rank) {
+      const absl::Time t = fleet.received(rank, step);
+      complete = t != absl::InfinitePast();
+      latest = std::max(latest, t);
+    }
+    if (!complete) {
+      ++result->incomplete_steps;
+      continue;
+    }
+    ++result->measured_steps;
+    delivered.emplace_back(static_cast<double>(step),
+                           absl::ToDoubleSeconds(latest - start));
+  }
+  result->steps_per_s = StepsPerSecond(delivered);
+}
+
+// A row whose scheduler is a child process (`config.scheduler_binary`).
+absl::StatusOr<RowResult> RunRowApart(const RowConfig& config) {
+  RETURN_IF_ERROR(EnsureFileDescriptors(config.channels));
+  const int n = config.agents;
+  const int64_t first_measured = config.lookahead_steps + config.warmup_steps;
+  const int64_t max_steps = first_measured + config.steps;
+  // The daemon's cluster is the control plane's default, as in-process.
+  const ControlPlaneOptions defaults;
+  const CostModel model =
+      CostModel::FromSpecs(defaults.cluster, config.model, n);
+  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerProcess> scheduler,
+                   SchedulerProcess::Start(config.scheduler_binary,
+                                           SchedulerFlags(config, max_steps)));
+  ASSIGN_OR_RETURN(const Stubs stubs, OpenStubs(config, scheduler->address()));
+
+  RowResult result;
+  result.agents = n;
+  result.scheduler_apart = true;
+  result.relays = config.relays != nullptr ? static_cast<int>(stubs.size()) : 0;
+  result.ran = true;
+  const absl::Time register_start = absl::Now();
+  ASSIGN_OR_RETURN(const std::string session_id,
+                   RegisterSimulatedAgents(n, stubs, "bench"));
+  result.register_s = absl::ToDoubleSeconds(absl::Now() - register_start);
+
+  AgentRun run(n, max_steps, model, defaults.cluster.gpus_per_node,
+               config.step_time, config.report_stream);
+  QueueThreads queues(config.client_threads);
+  AgentFleet fleet(n, stubs, &queues, &run, config.ranks_per_stream);
+  result.load_before = LoadAverage();
+  // The scrape before the CPU readings and the one after them: neither
+  // is counted.
+  ASSIGN_OR_RETURN(const SchedulerCounters counters_start,
+                   scheduler->Counters());
+  const double scheduler_cpu_start = scheduler->CpuSeconds();
+  const CpuSample cpu_start = CpuSample::Take();
+  const double agents_cpu_start = queues.CpuSeconds();
+  const double relay_cpu_start = RelayCpuSeconds(config);
+  fleet.Start(session_id);
+  AwaitAgentsApart(config, fleet, run);
+  const CpuSample cpu_end = CpuSample::Take();
+  const double agents_cpu = queues.CpuSeconds() - agents_cpu_start;
+  const double relay_cpu = RelayCpuSeconds(config) - relay_cpu_start;
+  const double scheduler_cpu = scheduler->CpuSeconds() - scheduler_cpu_start;
+  const absl::StatusOr<SchedulerCounters> counters_end = scheduler->Counters();
+  result.threads = ProcessThreads();
+  result.load_after = LoadAverage();
+  scheduler->Stop();
+  if (config.relays != nullptr) config.relays->Stop();
+  queues.Stop();
+  RETURN_IF_ERROR(counters_end.status());
+
+  result.errors = run.errors.load();
+  {
+    absl::MutexLock lock(&run.mu);
+    result.first_error = run.first_error;
+  }
+  // Per step the agents received: the scheduler planned them all (the
+  // look-ahead before the agents started, the rest while they ran) and
+  // delivered them all in the measured span.
+  const int64_t steps = static_cast<int64_t>(counters_end->planned_steps);
+  ReduceLoad(cpu_start, cpu_end, agents_cpu, queues, steps, run, &result);
+  const double planning_cpu =
+      counters_end->planning_cpu_seconds - counters_start.planning_cpu_seconds;
+  const double planned_in_span =
+      counters_end->planned_steps - counters_start.planned_steps;
+  if (steps > 0) {
+    result.scheduler_cpu_ms_per_step = 1e3 * scheduler_cpu / steps;
+    result.rpc_cpu_ms_per_step = 1e3 * (scheduler_cpu - planning_cpu) / steps;
+    result.relay_cpu_ms_per_step = 1e3 * relay_cpu / steps;
+  }
+  if (planned_in_span > 0) {
+    result.planning_cpu_ms_per_step = 1e3 * planning_cpu / planned_in_span;
+  }
+  ReduceArrivals(fleet, first_measured, max_steps, cpu_start.wall, &result);
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<RowResult> RunRow(const RowConfig& config) {
+  if (!config.scheduler_binary.empty()) return RunRowApart(config);
   RETURN_IF_ERROR(EnsureFileDescriptors(config.channels));
   const int n = config.agents;
   const int64_t first_measured = config.lookahead_steps + config.warmup_steps;

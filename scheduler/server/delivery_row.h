@@ -40,6 +40,14 @@ struct RowConfig {
   /// unused), which the row starts once the scheduler serves and stops at
   /// its end. Not owned.
   RelayProcesses* relays = nullptr;
+  /// When set, the scheduler is this dcp-scheduler binary, run as a child
+  /// process (delivery_processes.h) with the row's settings as flags,
+  /// instead of a SchedulerServer in this process: its CPU is then its own,
+  /// and t0 (the end of planning) is not seen, so the latency and planning
+  /// columns stay empty. `lengths_path` is the trace it is given (the one
+  /// `lengths` was read from).
+  std::string scheduler_binary;
+  std::string lengths_path;
   ModelSpec model;
   const std::vector<int32_t>* lengths = nullptr;
 };
@@ -70,6 +78,14 @@ struct RowResult {
   /// planning (its mean over the row's steps): the gRPC work both ends
   /// share, fan-out included, and the control plane's handling of reports.
   double rpc_cpu_ms_per_step = 0;
+  /// With `RowConfig::scheduler_binary`: true, and the scheduler process's
+  /// CPU ms per step, all of it and its planning thread's while planning
+  /// (dcp_scheduler_planning_cpu_seconds_total); `rpc_cpu_ms_per_step` is
+  /// then their difference, and `server_cpu_ms_per_step` this process's CPU
+  /// (the simulated agents) less the queue threads'.
+  bool scheduler_apart = false;
+  double scheduler_cpu_ms_per_step = 0;
+  double planning_cpu_ms_per_step = 0;
   /// Relays in front of the scheduler (0: none), and their CPU ms per step.
   int relays = 0;
   double relay_cpu_ms_per_step = 0;
@@ -85,11 +101,9 @@ struct RowResult {
   std::string load_before, load_after;
 };
 
-/// Each channel is a loopback TCP connection, so two sockets in this
-/// process (client and server end). Raises the soft limit on open files to
-
-/// Runs one row: starts the scheduler, registers and starts the agents,
-/// drains after `max_time`, and reduces what the agents saw. The error of a
+/// Runs one row: starts the scheduler (in this process, or as a child with
+/// `scheduler_binary`), registers and starts the agents, drains after
+/// `max_time`, and reduces what the agents saw. The error of a
 /// row that could not start (file descriptors, the server, registration).
 absl::StatusOr<RowResult> RunRow(const RowConfig& config);
 

@@ -2,15 +2,20 @@
 
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 
 namespace dcp::plan_delivery {
@@ -19,6 +24,22 @@ absl::Duration ThreadCpuTime() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return absl::DurationFromTimespec(ts);
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  const std::string stat(std::istreambuf_iterator<char>(in), {});
+  // The command may hold spaces: fields are counted after its ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 > stat.size()) return 0;
+  const std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(close + 2), ' ');
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return 0;
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 CpuSample CpuSample::Take() {

@@ -1,6 +1,8 @@
 #ifndef DCP_SCHEDULER_SERVER_DELIVERY_STATS_H_
 #define DCP_SCHEDULER_SERVER_DELIVERY_STATS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -14,6 +16,10 @@ namespace dcp::plan_delivery {
 
 /// CPU time of the calling thread.
 absl::Duration ThreadCpuTime();
+
+/// CPU seconds (user + system, /proc/PID/stat) that process `pid` used so
+/// far, all its threads; 0 when /proc has no such process.
+double ProcessCpuSeconds(pid_t pid);
 
 /// CPU time of this process, and busy/total jiffies of the whole machine.
 struct CpuSample {

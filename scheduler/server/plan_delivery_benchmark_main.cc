@@ -11,7 +11,8 @@
 // Wikipedia trace, llama3-8b, world = N, N * --tokens_per_rank tokens a
 // step), registers N agents and opens their plan streams (N StreamPlans
 // streams, or with --ranks_per_stream=k one StreamNodePlans stream per k
-// ranks, a node-level agent's, with its reports batched), multiplexed over --channels HTTP/2 connections and driven by
+// ranks, a node-level agent's, with its reports batched), multiplexed over
+// --channels HTTP/2 connections and driven by
 // --client_threads completion-queue threads (the async API: real agents are
 // separate processes, and a thread per agent would measure the OS scheduler).
 // Each agent reports the timings of every step it receives (one TaskTiming
@@ -47,9 +48,28 @@
 // is the "relay cpu" column; the agents' own gRPC client work stays in this
 // process, in "server cpu", in both rows.
 //
+// With --scheduler_binary=PATH (a dcp-scheduler), the scheduler of every row
+// is that binary, a child process on 127.0.0.1:0 with the row's settings as
+// flags and its metrics on 127.0.0.1:0 (delivery_processes.h); the rows are
+// as with --relay_binary (per-rank streams straight to it, then through the
+// relays when --relay_binary is given too). Its CPU is then its own: over
+// the measured span (agents started to last step received), "scheduler cpu"
+// is its /proc/PID/stat utime + stime per step delivered, "planning cpu"
+// the growth of its dcp_scheduler_planning_cpu_seconds_total (the planning
+// thread's CPU while planning) per step it planned in the span (the
+// look-ahead was planned before), and "rpc cpu" its CPU less that growth,
+// per step delivered; the verdict is rpc cpu against
+// --goal_rpc_cpu_ms (25) at --goal_agents. t0 is read on the scheduler's
+// planning thread, out of reach in a child, so these rows have no latency
+// or fan-out columns; steps/s is fitted to when the last agent received
+// each step.
+//
 // This file holds the flags and the printing; delivery_row.h runs a row,
-// simulated_agent.h the agents, planned_step_log.h the t0 readings and
-// delivery_stats.h the statistics and CPU accounting.
+// delivery_processes.h the child scheduler, simulated_agent.h the agents,
+// planned_step_log.h the t0 readings and delivery_stats.h the statistics
+// and CPU accounting.
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -111,6 +131,12 @@ ABSL_FLAG(std::string, relay_binary, "",
           "through real relay processes, one per --ranks_per_relay ranks, "
           "which put them on the node streams (--ranks_per_stream is unused).");
 ABSL_FLAG(int, ranks_per_relay, 8, "Ranks per relay process (a node's).");
+ABSL_FLAG(std::string, scheduler_binary, "",
+          "A dcp-scheduler binary (bazel-bin/scheduler/server/dcp-scheduler): "
+          "the scheduler of every row is then that binary as a child "
+          "process, so its CPU is its own (the scheduler table); rows as "
+          "with --relay_binary (per-rank streams, then through relays when "
+          "it is given too).");
 ABSL_FLAG(double, step_ms, 0,
           "Simulated compute per step: an agent reports a step this long "
           "after starting it, one step at a time (0 = report on receipt).");
@@ -124,6 +150,9 @@ ABSL_FLAG(int64_t, window, 131072, "Context window.");
 ABSL_FLAG(double, goal_p99_ms, 5, "Goal: step-delivery p99 below this.");
 ABSL_FLAG(double, goal_steps_per_s, 10, "Goal: sustained steps per second.");
 ABSL_FLAG(int, goal_agents, 1024, "The agent count the goal is stated at.");
+ABSL_FLAG(double, goal_rpc_cpu_ms, 25,
+          "Goal with --scheduler_binary: the scheduler's CPU less planning "
+          "at most this many ms a step.");
 
 namespace dcp::plan_delivery {
 namespace {
@@ -141,8 +170,11 @@ struct BenchmarkOptions {
   double goal_p99_ms = 0;
   double goal_steps_per_s = 0;
   int goal_agents = 0;
+  double goal_rpc_cpu_ms = 0;
   /// Empty: no relay rows.
   std::string relay_binary;
+  /// Empty: the scheduler runs in this process.
+  std::string scheduler_binary;
   int ranks_per_relay = 0;
 };
 
@@ -199,6 +231,7 @@ absl::StatusOr<BenchmarkOptions> OptionsFromFlags() {
   options.goal_p99_ms = absl::GetFlag(FLAGS_goal_p99_ms);
   options.goal_steps_per_s = absl::GetFlag(FLAGS_goal_steps_per_s);
   options.goal_agents = absl::GetFlag(FLAGS_goal_agents);
+  options.goal_rpc_cpu_ms = absl::GetFlag(FLAGS_goal_rpc_cpu_ms);
   options.relay_binary = absl::GetFlag(FLAGS_relay_binary);
   options.ranks_per_relay = absl::GetFlag(FLAGS_ranks_per_relay);
   if (!options.relay_binary.empty()) {
@@ -206,6 +239,17 @@ absl::StatusOr<BenchmarkOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError("--ranks_per_relay must be >= 1");
     }
     config.ranks_per_stream = 1;
+  }
+  options.scheduler_binary = absl::GetFlag(FLAGS_scheduler_binary);
+  if (!options.scheduler_binary.empty()) {
+    if (access(options.scheduler_binary.c_str(), X_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--scheduler_binary: '", options.scheduler_binary,
+                       "' is not an executable file"));
+    }
+    config.ranks_per_stream = 1;
+    config.scheduler_binary = options.scheduler_binary;
+    config.lengths_path = options.lengths_path;
   }
   return options;
 }
@@ -240,7 +284,7 @@ void PrintTables(const std::vector<RowResult>& rows) {
       "agents  steps  step p50  step p99  step max  agent p50  agent p99  "
       "spread p50\n");
   for (const RowResult& r : rows) {
-    if (!r.ran) continue;
+    if (!r.ran || r.scheduler_apart) continue;
     std::printf("%6d  %5lld  %8.2f  %8.2f  %8.2f  %9.2f  %9.2f  %10.2f\n",
                 r.agents, static_cast<long long>(r.measured_steps),
                 r.step_p50_ms, r.step_p99_ms, r.step_max_ms, r.agent_p50_ms,
@@ -252,7 +296,7 @@ void PrintTables(const std::vector<RowResult>& rows) {
       "agents  steps/s  plan p50  plan p99  plan cpu  fan-out p50  "
       "fan-out p99  fan-out cpu  tasks/step\n");
   for (const RowResult& r : rows) {
-    if (!r.ran) continue;
+    if (!r.ran || r.scheduler_apart) continue;
     std::printf(
         "%6d  %7.2f  %8.2f  %8.2f  %8.2f  %11.2f  %11.2f  %11.2f  "
         "%10.0f\n",
@@ -270,7 +314,7 @@ void PrintTables(const std::vector<RowResult>& rows) {
       "rpc cpu  proc cores  other cores  machine busy  steal  threads  "
       "register s\n");
   for (const RowResult& r : rows) {
-    if (!r.ran) continue;
+    if (!r.ran || r.scheduler_apart) continue;
     std::printf(
         "%6d  %6d  %9.2f  %5.0f  %6.2f  %10.2f  %10.2f  %7.2f  %10.2f  "
         "%11.2f  %11.0f%%  %4.0f%%  %7d  %10.2f\n",
@@ -280,6 +324,31 @@ void PrintTables(const std::vector<RowResult>& rows) {
         r.rpc_cpu_ms_per_step, r.process_cores,
         r.other_cores, 100 * r.machine_busy, 100 * r.machine_steal, r.threads,
         r.register_s);
+  }
+}
+
+// The rows whose scheduler was a child process (--scheduler_binary).
+void PrintApartTable(const std::vector<RowResult>& rows, int ranks_per_relay) {
+  std::printf(
+      "\nthe scheduler alone, a dcp-scheduler child process (ms per step "
+      "delivered: scheduler cpu = its /proc utime+stime over the measured "
+      "span; planning cpu = its dcp_scheduler_planning_cpu_seconds_total "
+      "over the steps it planned in that span; rpc cpu = scheduler cpu less "
+      "that planning CPU; relay cpu = the relay processes; agents cpu = this "
+      "process, the simulated agents; no t0 outside the scheduler, so no "
+      "latency columns)\n"
+      "agents  relays  ranks/relay  scheduler cpu  planning cpu  rpc cpu  "
+      "relay cpu  agents cpu  steps/s  steps  machine busy\n");
+  for (const RowResult& r : rows) {
+    if (!r.ran || !r.scheduler_apart) continue;
+    std::printf(
+        "%6d  %6d  %11d  %13.2f  %12.2f  %7.2f  %9.2f  %10.2f  %7.2f  %5lld  "
+        "%11.0f%%\n",
+        r.agents, r.relays, r.relays > 0 ? ranks_per_relay : 0,
+        r.scheduler_cpu_ms_per_step, r.planning_cpu_ms_per_step,
+        r.rpc_cpu_ms_per_step, r.relay_cpu_ms_per_step,
+        r.agents_cpu_ms_per_step + r.server_cpu_ms_per_step, r.steps_per_s,
+        static_cast<long long>(r.measured_steps), 100 * r.machine_busy);
   }
 }
 
@@ -355,6 +424,23 @@ std::string Verdict(const RowResult& r, double goal_p99_ms,
           : absl::StrFormat(" (the goal is stated at %d agents)", goal_agents));
 }
 
+/// One line per row of the scheduler alone against the CPU goal.
+std::string RpcCpuVerdict(const RowResult& r, double goal_ms, int goal_agents) {
+  if (!r.ran) return absl::StrFormat("%5d agents: did not run", r.agents);
+  if (r.measured_steps == 0) {
+    return absl::StrFormat(
+        "%5d agents: NO DATA (no step was delivered to every agent)", r.agents);
+  }
+  const bool ok = r.rpc_cpu_ms_per_step <= goal_ms;
+  return absl::StrFormat(
+      "%5d agents, %s: rpc cpu %.2f ms/step %s %.0f ms -> %s%s", r.agents,
+      r.relays > 0 ? absl::StrFormat("%d relays", r.relays) : "per-rank direct",
+      r.rpc_cpu_ms_per_step, ok ? "<=" : ">", goal_ms, ok ? "MET" : "MISSED",
+      r.agents == goal_agents
+          ? ""
+          : absl::StrFormat(" (the goal is stated at %d agents)", goal_agents));
+}
+
 /// `RunRow`, or a row that says why it did not run.
 RowResult RunOneRow(const RowConfig& config) {
   std::fprintf(stderr, "running %d agents%s...\n", config.agents,
@@ -389,8 +475,24 @@ absl::Status Run(const BenchmarkOptions& options) {
     rows.push_back(RunOneRow(config));
   }
 
-  PrintTables(rows);
+  if (options.scheduler_binary.empty()) {
+    PrintTables(rows);
+  } else {
+    PrintApartTable(rows, options.ranks_per_relay);
+  }
   PrintNotes(rows);
+  if (!options.scheduler_binary.empty()) {
+    std::printf(
+        "\nverdict (goal: the scheduler's rpc cpu <= %.0f ms a step at %d "
+        "agents)\n",
+        options.goal_rpc_cpu_ms, options.goal_agents);
+    for (const RowResult& r : rows) {
+      std::printf("%s\n",
+                  RpcCpuVerdict(r, options.goal_rpc_cpu_ms, options.goal_agents)
+                      .c_str());
+    }
+    return absl::OkStatus();
+  }
   std::printf(
       "\nverdict (goal: step-delivery p99 < %.0f ms, >= %.0f "
       "steps/s at %d agents)\n",

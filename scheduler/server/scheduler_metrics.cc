@@ -73,6 +73,18 @@ absl::Status SchedulerMetrics::RegisterEventFamilies() {
                      "Time to plan one step (step builder and planner).",
                      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                       0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}));
+  ASSIGN_OR_RETURN(
+      planning_cpu_seconds_,
+      r.AddCounter("dcp_scheduler_planning_cpu_seconds_total",
+                   "CPU time the planning thread spent planning steps (the "
+                   "span of dcp_scheduler_planning_seconds): the process's "
+                   "CPU less this is what serving the ranks costs."));
+  RETURN_IF_ERROR(r.AddCallback(
+      MetricType::kCounter, "process_cpu_seconds_total",
+      "CPU time (user and system) of the scheduler process, all threads.", [] {
+        return absl::ToDoubleSeconds(ProcessCpuClock().Now() -
+                                     absl::UnixEpoch());
+      }));
   ASSIGN_OR_RETURN(planned_tokens_,
                    r.AddCounter("dcp_scheduler_planned_tokens_total",
                                 "Tokens in the steps planned so far."));
@@ -389,6 +401,8 @@ void SchedulerMetrics::SetStatusSource(SchedulerStatusSource status) {
 
 void SchedulerMetrics::OnStepPlanned(const PlannedStepEvent& event) {
   planning_seconds_->Observe(absl::ToDoubleSeconds(event.planning_time));
+  planning_cpu_seconds_->Increment(
+      absl::ToDoubleSeconds(event.planning_cpu_time));
   planned_tokens_->Increment(static_cast<double>(event.tokens));
   planned_samples_->Increment(static_cast<double>(event.samples));
   predicted_step_seconds_->Set(event.predicted_seconds);

@@ -31,8 +31,9 @@ using SchedulerStatusSource = std::function<v1::StatusResponse()>;
 /// README's "Metrics" section lists them). Three sources feed them:
 ///
 /// - the control plane's callbacks as things happen (`OnStepPlanned`:
-///   planning time histogram, tokens and samples planned, the group sizes
-///   and recompute ratios of the planned tasks; `OnStepCompleted`: the last
+///   planning time histogram and planning CPU counter, tokens and
+///   samples planned, the group sizes and recompute ratios of the planned
+///   tasks; `OnStepCompleted`: the last
 ///   completed step's predicted and measured time, imbalance and tokens per
 ///   second, trained tokens; `OnRefit`: the time of the last refit);
 /// - the gRPC server's end of every unary RPC, of every report a report
@@ -128,6 +129,7 @@ class SchedulerMetrics {
 
   // Event-fed instruments, owned by the registry.
   Histogram* planning_seconds_ = nullptr;
+  Counter* planning_cpu_seconds_ = nullptr;
   Counter* planned_tokens_ = nullptr;
   Counter* planned_samples_ = nullptr;
   Gauge* predicted_step_seconds_ = nullptr;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -195,8 +196,10 @@ TEST_F(SchedulerMetricsTest, CountsPlannedStepsAndRefits) {
   event.tokens = 65536;
   event.predicted_seconds = 4.5;
   event.planning_time = absl::Milliseconds(2);
+  event.planning_cpu_time = absl::Microseconds(1500);
   metrics_->OnStepPlanned(event);
   event.planning_time = absl::Milliseconds(20);
+  event.planning_cpu_time = absl::Microseconds(12500);
   clock_.Advance(absl::Seconds(10));
   metrics_->OnStepPlanned(event);
 
@@ -206,6 +209,9 @@ TEST_F(SchedulerMetricsTest, CountsPlannedStepsAndRefits) {
             1.0);
   EXPECT_EQ(Value("dcp_scheduler_planning_seconds_bucket", {{"le", "0.025"}}),
             2.0);
+  EXPECT_DOUBLE_EQ(*Value("dcp_scheduler_planning_cpu_seconds_total"),
+                   absl::ToDoubleSeconds(absl::Microseconds(1500) +
+                                         absl::Microseconds(12500)));
   EXPECT_EQ(Value("dcp_scheduler_planned_tokens_total"), 131072.0);
   EXPECT_EQ(Value("dcp_scheduler_planned_samples_total"), 60.0);
   EXPECT_EQ(Value("dcp_scheduler_predicted_step_seconds"), 4.5);
@@ -645,6 +651,10 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
             1.0);
   EXPECT_GE(*FindSample(f, "dcp_scheduler_steps_planned_total"), 2.0);
   EXPECT_GE(*FindSample(f, "dcp_scheduler_planning_seconds_count"), 2.0);
+  // The real planning thread's CPU clock: planning takes some CPU.
+  EXPECT_GT(*FindSample(f, "dcp_scheduler_planning_cpu_seconds_total"), 0.0);
+  EXPECT_LE(*FindSample(f, "dcp_scheduler_planning_cpu_seconds_total"),
+            *FindSample(f, "process_cpu_seconds_total"));
   EXPECT_GT(*FindSample(f, "dcp_scheduler_planned_tokens_total"), 0.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_world_size"), 4.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_connected_agents"), 0.0);
@@ -653,6 +663,73 @@ TEST(SchedulerMetricsServerTest, InstrumentsARealServer) {
             0.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_timing_reports_total"), 0.0);
   (*server)->Shutdown();
+}
+
+// The planning CPU counter grows with each step the control plane plans, by
+// what its CPU clock read around the planning (a fake clock here, moved by
+// a step on every reading, so the expected total is known), and the process
+// CPU counter is the process's own.
+TEST(SchedulerMetricsPlanningCpuTest, CountsThePlanningThreadsCpu) {
+  MetricsRegistry registry;
+  absl::StatusOr<std::unique_ptr<SchedulerMetrics>> metrics =
+      SchedulerMetrics::Create(&registry);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+
+  // Each reading advances the fake CPU clock by `tick` after it is taken:
+  // a step's two readings are one tick apart.
+  class SteppingClock : public Clock {
+   public:
+    explicit SteppingClock(absl::Duration tick) : tick_(tick) {}
+    absl::Time Now() override {
+      const absl::Time now = clock_.Now();
+      clock_.Advance(tick_);
+      return now;
+    }
+
+   private:
+    const absl::Duration tick_;
+    FakeClock clock_;
+  };
+  const absl::Duration tick = absl::Milliseconds(3);
+  SteppingClock cpu_clock(tick);
+
+  SchedulerServerOptions options;
+  ControlPlaneOptions& cp = options.control_plane;
+  cp.lengths = testing_data::SkewedTrace(4000, /*seed=*/5);
+  cp.window = 32768;
+  cp.model = *BuiltinModel("llama3-8b");
+  cp.world_size = 4;
+  cp.tokens_per_step = 65536;
+  cp.lookahead_steps = 3;
+  cp.start_planner_thread = false;
+  cp.planning_cpu_clock = &cpu_clock;
+  (*metrics)->Instrument(options);
+  absl::StatusOr<std::unique_ptr<ControlPlane>> control_plane =
+      ControlPlane::Start(std::move(options.control_plane));
+  ASSERT_TRUE(control_plane.ok()) << control_plane.status();
+
+  auto value = [&registry](const char* name) {
+    return FindSample(registry.Collect(), name);
+  };
+  EXPECT_EQ(value("dcp_scheduler_planning_cpu_seconds_total"), 0.0);
+  absl::StatusOr<int> planned = (*control_plane)->PlanAvailableSteps();
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ASSERT_GT(*planned, 0);
+  EXPECT_EQ(value("dcp_scheduler_planning_seconds_count"),
+            static_cast<double>(*planned));
+  EXPECT_DOUBLE_EQ(*value("dcp_scheduler_planning_cpu_seconds_total"),
+                   *planned * absl::ToDoubleSeconds(tick));
+
+  // Process CPU: between this process's readings before and after.
+  const double before =
+      absl::ToDoubleSeconds(ProcessCpuClock().Now() - absl::UnixEpoch());
+  const std::optional<double> process = value("process_cpu_seconds_total");
+  const double after =
+      absl::ToDoubleSeconds(ProcessCpuClock().Now() - absl::UnixEpoch());
+  ASSERT_TRUE(process.has_value());
+  EXPECT_GE(*process, before);
+  EXPECT_LE(*process, after);
+  (*control_plane)->Shutdown();
 }
 
 TEST_F(SchedulerMetricsTest, RankFailureFamiliesFollowTheStatus) {
