@@ -56,13 +56,25 @@ void RankLiveness::OnStepAwaiting(int64_t step, const std::vector<int>& missing,
   for (int rank : missing) ranks_[rank].awaited[step] = now;
 }
 
+void RankLiveness::OnStepReport(int64_t step, absl::Time now) {
+  auto [it, added] = step_reported_.try_emplace(step, now);
+  if (!added) it->second = std::max(it->second, now);
+}
+
+void RankLiveness::OnStepComplete(int64_t step) { step_reported_.erase(step); }
+
 void RankLiveness::ForgetAwaited() {
   for (Rank& r : ranks_) r.awaited.clear();
+  step_reported_.clear();
 }
 
 int64_t RankLiveness::OverdueStep(const Rank& r, absl::Time now) const {
   for (const auto& [step, since] : r.awaited) {
-    if (now - since >= options_.timeout) return step;
+    absl::Time started = since;
+    if (auto it = step_reported_.find(step); it != step_reported_.end()) {
+      started = std::max(started, it->second);
+    }
+    if (now - started >= options_.timeout) return step;
   }
   return -1;
 }

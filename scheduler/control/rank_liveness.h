@@ -93,9 +93,17 @@ class RankLiveness {
   /// it owes none before it).
   void OnReported(int rank, int64_t step, absl::Time now);
   /// At `now` every member of step `step`'s world reported it except
-  /// `missing`: their clock for the step starts (again) at `now`.
+  /// `missing`: their clock for the step starts (again) at `now`. The
+  /// step's first report names them (a pass over the world, once a step).
   void OnStepAwaiting(int64_t step, const std::vector<int>& missing,
                       absl::Time now);
+  /// Another member of `step`'s world reported it at `now`: the clock of
+  /// every rank still owing it starts again at `now`, as if
+  /// `OnStepAwaiting` had named them all, without a pass over them (a
+  /// report costs O(log steps), not O(world)).
+  void OnStepReport(int64_t step, absl::Time now);
+  /// Every member of `step`'s world reported it: its clock is dropped.
+  void OnStepComplete(int64_t step);
   /// No step is awaited from anyone any more (a shrink abandoned them).
   void ForgetAwaited();
   /// A restart found `rank` out of the world (it had failed): failed until
@@ -129,7 +137,9 @@ class RankLiveness {
     bool failed = false;
     absl::Time last_heard = absl::InfinitePast();
     /// Steps the rest of their world reported and this rank did not yet,
-    /// with when their clock started.
+    /// with when their clock started for this rank (`OnStepAwaiting`, or
+    /// its registration); the later of that and the step's last report
+    /// (`step_reported_`) is when it started.
     std::map<int64_t, absl::Time> awaited;
     /// The step it failed on for not reporting it; -1: it was gone.
     int64_t hung_step = -1;
@@ -140,6 +150,8 @@ class RankLiveness {
 
   const RankLivenessOptions options_;
   std::vector<Rank> ranks_;
+  /// Per step some rank owes: its latest report (`OnStepReport`).
+  std::map<int64_t, absl::Time> step_reported_;
   int64_t failures_ = 0;
 };
 

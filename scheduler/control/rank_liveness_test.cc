@@ -136,6 +136,42 @@ TEST_F(RankLivenessHungTest, TheClockRestartsWhenAnotherMissingRankReports) {
   EXPECT_THAT(live_.FailureReason(3), ::testing::HasSubstr("step 6"));
 }
 
+TEST_F(RankLivenessHungTest, AnyLaterReportOfTheStepRestartsTheClock) {
+  // Step 6 as above, told the cheap way: its missing ranks named once, at
+  // the first report, and rank 2's later report only stamps the step.
+  live_.OnReported(3, 5, clock_.Now());
+  for (int r : {0, 1}) live_.OnReported(r, 6, clock_.Now());
+  live_.OnStepAwaiting(6, {2, 3}, clock_.Now());
+  clock_.Advance(absl::Seconds(8));
+  live_.OnReported(2, 6, clock_.Now());
+  live_.OnStepReport(6, clock_.Now());
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+  EXPECT_THAT(live_.FailureReason(3), ::testing::HasSubstr("step 6"));
+}
+
+TEST_F(RankLivenessHungTest, AReportOlderThanARegistrationDoesNotShortenIt) {
+  // Rank 3 registers again 8 s after step 5's last report; a later stamp of
+  // an earlier time (a report handled late) moves nothing back.
+  clock_.Advance(absl::Seconds(8));
+  live_.OnRegistered(3, clock_.Now());
+  live_.OnStreamOpened(3, clock_.Now());
+  live_.OnStepReport(5, clock_.Now() - absl::Seconds(8));
+  clock_.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+}
+
+TEST_F(RankLivenessHungTest, ACompletedStepIsOwedByNoOne) {
+  live_.OnReported(3, 5, clock_.Now());
+  live_.OnStepComplete(5);
+  clock_.Advance(10 * kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+}
+
 TEST_F(RankLivenessHungTest, SeveralHungRanksFailTogether) {
   live_.OnStepAwaiting(5, {1, 3}, clock_.Now());
   clock_.Advance(kTimeout);

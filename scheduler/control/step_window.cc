@@ -349,9 +349,15 @@ void StepWindow::Accept(StepRecord& record, int rank, int64_t step,
   ++state.reported_steps;
   state.last_seen = clock_->Now();
   liveness_.OnReported(rank, step, state.last_seen);
-  if (record.reports < record.member_count) {
-    // The ranks still missing now owe the step to the rest of its world.
+  if (record.reports == record.member_count) {
+    liveness_.OnStepComplete(step);
+  } else if (record.reports == 1) {
+    // The ranks still missing now owe the step to the rest of its world;
+    // they are named once, at the step's first report.
     liveness_.OnStepAwaiting(step, MissingRanks(record), state.last_seen);
+  } else {
+    // The missing ranks are fewer, never others: their clocks restart.
+    liveness_.OnStepReport(step, state.last_seen);
   }
 }
 
