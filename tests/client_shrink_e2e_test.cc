@@ -21,37 +21,32 @@
 //   - every sample of every job step trained exactly once in a completed
 //     step (rank_failure_e2e_test's check).
 
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <map>
-#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
+#include "tests/elastic_job.h"
 #include "tests/execution_log.h"
-#include "tests/job_inputs.h"
 
 namespace dcp {
 namespace {
 
-using testing_process::Binary;
 using testing_process::Child;
+using testing_process::ElasticJob;
+using testing_process::ElasticJobTest;
 using testing_process::JsonNumber;
 using testing_process::ReadFile;
-using testing_process::TmpPath;
 using Line = testing_process::ExecutionLine;
+using Stop = ElasticJobTest::Stop;
 
 constexpr int kWorld = 4;
 constexpr int kSteps = 12;
@@ -59,33 +54,17 @@ constexpr int kVictim = 1;
 /// The victim completes this step, then hangs until it is killed.
 constexpr int64_t kHangAfter = 2;
 constexpr char kShrunk[] = "[0,2,3]";
-/// How long any one thing the test waits for may take.
-constexpr absl::Duration kPatience = absl::Seconds(180);
 
-testing_process::JobShape Shape() {
-  return {/*world_size=*/kWorld, /*gpus_per_node=*/2, /*window=*/32768,
-          /*tokens_per_step=*/65536, /*max_steps=*/kSteps, /*seed=*/5,
-          /*lookahead_steps=*/4};
-}
-
-std::string LogPath(int rank) {
-  return TmpPath(absl::StrCat("client-shrink-trainer-", rank, ".jsonl"));
-}
-
-Child StartTrainer(const std::string& address, int rank) {
-  std::vector<std::string> argv = {
-      Binary("tests/shrink_trainer"),
-      absl::StrCat("--scheduler=", address),
-      absl::StrCat("--rank=", rank),
-      absl::StrCat("--world_size=", kWorld),
-      absl::StrCat("--log_file=", LogPath(rank)),
-      "--rendezvous_timeout=20s",
-      "--step_timeout=150s"};
-  if (rank == kVictim) {
-    argv.push_back(absl::StrCat("--hang_after_step=", kHangAfter));
-  }
-  return testing_process::Spawn(
-      absl::StrCat("client-shrink-trainer-", rank), argv);
+/// `FourRankJob` on shrink_trainer processes, the victim's hanging after
+/// step kHangAfter.
+ElasticJob TrainerJob() {
+  ElasticJob job = testing_process::FourRankJob(kSteps);
+  job.prefix = "client-shrink";
+  job.binary = "tests/shrink_trainer";
+  job.agent_flags = {"--rendezvous_timeout=20s", "--step_timeout=150s"};
+  job.rank_flags[kVictim] = {absl::StrCat("--hang_after_step=", kHangAfter)};
+  job.patience = absl::Seconds(180);
+  return job;
 }
 
 int Occurrences(const std::string& text, const std::string& what) {
@@ -97,97 +76,25 @@ int Occurrences(const std::string& text, const std::string& what) {
   return n;
 }
 
-bool Logged(int rank, int64_t step) {
-  for (int64_t s : testing_process::LoggedSteps(LogPath(rank))) {
-    if (s == step) return true;
-  }
-  return false;
-}
-
-class ClientShrinkTest : public ::testing::Test {
+class ClientShrinkTest : public ElasticJobTest {
  protected:
-  void SetUp() override {
-    trace_ = testing_process::LcgTrace(300, 17, 100,
-                                       testing_process::SkewedLength);
-    std::vector<std::string> flags = testing_process::WriteJob(
-        "client-shrink", trace_, "client-shrink-tiny", Shape());
-    flags.insert(flags.end(), {"--metrics_listen=", "--rank_timeout=2s",
-                               "--on_rank_failure=shrink"});
-    const int port = testing_process::StartScheduler("client-shrink-scheduler",
-                                                     flags, scheduler_);
-    ASSERT_GT(port, 0);
-    address_ = absl::StrCat("127.0.0.1:", port);
-    for (int r = 0; r < kWorld; ++r) {
-      trainers_.push_back(StartTrainer(address_, r));
-    }
-  }
-
-  void TearDown() override {
-    if (!scheduler_.empty() && !scheduler_[0].done) {
-      testing_process::StopScheduler(address_, scheduler_);
-    }
-  }
-
-  /// Waits until the victim logged its last step, SIGKILLs and reaps it.
-  void KillTheVictimOnceItHangs() {
-    testing_process::FileActivity activity({TmpPath("")});
-    const absl::Time deadline = absl::Now() + kPatience;
-    while (!Logged(kVictim, kHangAfter)) {
-      ASSERT_TRUE(activity.Await(deadline))
-          << "the victim did not complete step " << kHangAfter << "\n"
-          << reaper_.Describe(4000);
-    }
-    Child& victim = trainers_[kVictim];
-    ASSERT_EQ(kill(victim.pid, SIGKILL), 0);
-    int status = 0;
-    ASSERT_EQ(waitpid(victim.pid, &status, 0), victim.pid);
-    victim.done = true;
-    EXPECT_TRUE(WIFSIGNALED(status));
-  }
-
-  /// Waits for the survivors to exit (a test failure when they do not in
-  /// time) and returns them, reaped (`trainers_` updated too).
-  std::vector<Child> AwaitSurvivors() {
-    std::vector<Child> survivors;
-    for (int r = 0; r < kWorld; ++r) {
-      if (r != kVictim) survivors.push_back(trainers_[r]);
-    }
-    testing_process::ExpectAllExit(survivors, absl::Now() + kPatience,
-                                   "the survivors did not finish");
-    for (const Child& t : survivors) {
-      for (Child& mine : trainers_) {
-        if (mine.pid == t.pid) mine = t;
-      }
-    }
-    return survivors;
-  }
-
-  std::string trace_;
-  std::string address_;
-  std::vector<Child> scheduler_;
-  std::vector<Child> trainers_;
-  testing_process::ChildReaper reaper_{{&scheduler_, &trainers_}};
+  ClientShrinkTest() : ElasticJobTest(TrainerJob()) {}
 };
 
 TEST_F(ClientShrinkTest, SurvivorsFollowTheShrunkWorldAndTrainEverySampleOnce) {
-  ASSERT_NO_FATAL_FAILURE(KillTheVictimOnceItHangs());
-  const std::string line = testing_process::AwaitLineContaining(
-      scheduler_[0].err_path,
-      absl::StrCat("rank failure: ranks [", kVictim, "] failed"), TmpPath(""),
-      absl::Now() + kPatience);
-  ASSERT_FALSE(line.empty()) << "no shrink\n" << reaper_.Describe(4000);
-  std::fprintf(stderr, "%s\n", line.c_str());
-  EXPECT_TRUE(absl::StrContains(line, absl::StrCat("shrink: epoch 1 on ranks ",
-                                                   kShrunk)))
-      << line;
-  const auto [from, to] = testing_process::AbandonedRange(line);
+  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
+  // Killed once it logged its last step, it hangs in the next one.
+  const auto [from, to] =
+      StopAndAwaitShrink(kVictim, kHangAfter, Stop::kKill, 1, kShrunk);
   // Every rank reported the victim's last step; none completed the next.
-  ASSERT_EQ(from, kHangAfter + 1) << line;
-  ASSERT_GT(to, from) << line;
+  ASSERT_EQ(from, kHangAfter + 1);
+  ASSERT_GT(to, from);
 
-  for (const Child& t : AwaitSurvivors()) {
+  ExpectAgentsFinish();
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    const Child& t = agents_[r];
     const std::string err = ReadFile(t.err_path);
-    EXPECT_EQ(t.exit_code, 0) << t.name << "\n" << err;
     EXPECT_TRUE(absl::StrContains(
         err, absl::StrCat("epoch 1: world ", kShrunk, ", abandoned from ",
                           from)))
@@ -202,23 +109,23 @@ TEST_F(ClientShrinkTest, SurvivorsFollowTheShrunkWorldAndTrainEverySampleOnce) {
   EXPECT_EQ(JsonNumber(done["epoch_world_size"]), kWorld - 1);
   EXPECT_EQ(JsonNumber(done["completed_steps"]), kSteps);
 
-  std::vector<std::string> logs;
   std::map<int64_t, std::vector<Line>> epoch1;  // step -> its step lines
   for (int r = 0; r < kWorld; ++r) {
-    logs.push_back(LogPath(r));
-    for (const Line& l : testing_process::ReadExecutionLog(LogPath(r))) {
+    for (const Line& l : Logged(r)) {
       EXPECT_FALSE(l.step >= from && l.step < to)
           << "rank " << r << " logged abandoned step " << l.step;
       EXPECT_EQ(l.epoch, l.step < to ? 0 : 1)
           << "rank " << r << " step " << l.step;
-      if (r == kVictim) EXPECT_LT(l.step, from);
+      if (r == kVictim) {
+        EXPECT_LT(l.step, from);
+      }
       if (l.kind == "task" && l.epoch == 1) {
         EXPECT_EQ(std::count(l.group.begin(), l.group.end(), kVictim), 0);
       }
       if (l.kind == "step" && l.epoch == 1) epoch1[l.step].push_back(l);
     }
   }
-  const auto tasks = testing_process::LoggedTasks(logs, {});
+  const auto tasks = Tasks({});
   // kSteps job steps: `from` before the shrink, the rest in epoch 1.
   EXPECT_EQ(epoch1.size(), static_cast<size_t>(kSteps - from));
   for (const auto& [step, lines] : epoch1) {
@@ -231,9 +138,8 @@ TEST_F(ClientShrinkTest, SurvivorsFollowTheShrunkWorldAndTrainEverySampleOnce) {
       EXPECT_EQ(l.tokens, tokens) << "rank " << l.rank << " step " << step;
     }
   }
-  testing_process::ExpectEachJobStepOnce(
-      testing_process::SamplesByStep(tasks),
-      testing_process::BuilderSteps(trace_, Shape()), {{from, to}});
+  testing_process::ExpectEachJobStepOnce(testing_process::SamplesByStep(tasks),
+                                         JobSteps(), {{from, to}});
 }
 
 }  // namespace

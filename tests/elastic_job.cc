@@ -13,6 +13,23 @@
 
 namespace dcp::testing_process {
 
+ElasticJob FourRankJob(int64_t max_steps) {
+  ElasticJob job;
+  job.shape = {/*world_size=*/4,
+               /*gpus_per_node=*/2,
+               /*window=*/32768,
+               /*tokens_per_step=*/65536,
+               /*max_steps=*/max_steps,
+               /*seed=*/5,
+               /*lookahead_steps=*/4};
+  job.trace = LcgTrace(300, 17, 100, SkewedLength);
+  return job;
+}
+
+std::vector<std::string> SimulateModeFlags() {
+  return {"--mode=simulate", "--simulate_task_time=5ms"};
+}
+
 ElasticJobTest::ElasticJobTest(ElasticJob job) : job_(std::move(job)) {}
 
 void ElasticJobTest::SetUp() {
@@ -54,12 +71,16 @@ void ElasticJobTest::StartJob(const std::vector<std::string>& extra) {
 }
 
 Child ElasticJobTest::StartAgent(int rank, const std::string& suffix) {
-  std::vector<std::string> argv =
-      AgentArgs(address_, rank, job_.shape.world_size, LogPath(rank));
+  std::vector<std::string> argv = RankArgs(
+      Binary(job_.binary), address_, rank, job_.shape.world_size, LogPath(rank));
   if (job_.agents_read_model) {
     argv.push_back("--model_config=" + TmpPath(prefix_ + "-model.json"));
   }
   argv.insert(argv.end(), job_.agent_flags.begin(), job_.agent_flags.end());
+  if (const auto own = job_.rank_flags.find(rank);
+      own != job_.rank_flags.end()) {
+    argv.insert(argv.end(), own->second.begin(), own->second.end());
+  }
   return Spawn(absl::StrCat(prefix_, "-agent-", rank, suffix), argv);
 }
 

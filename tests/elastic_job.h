@@ -1,11 +1,12 @@
 #ifndef DCP_TESTS_ELASTIC_JOB_H_
 #define DCP_TESTS_ELASTIC_JOB_H_
 
-// The fixture the rank-failure and elastic-training tests share
-// (testonly): a real dcp-scheduler and one real dcp-agent process a rank,
-// their logs under TEST_TMPDIR, and the waits and checks those tests make
-// on them. Each test says only what differs: its job's shape, the agents'
-// mode and flags, the scheduler's failure flags.
+// The fixture the rank-failure, elastic-training, client-shrink and
+// node-relay tests share (testonly): a real dcp-scheduler and one real
+// process a rank (dcp-agent, or a client_lib trainer), their logs under
+// TEST_TMPDIR, and the waits and checks those tests make on them. Each
+// test says only what differs: its job's shape, the ranks' binary, mode and
+// flags, the scheduler's failure flags.
 
 #include <cstdint>
 #include <map>
@@ -35,13 +36,28 @@ struct ElasticJob {
   JobShape shape;
   /// The --lengths file's text (`LcgTrace`).
   std::string trace;
-  /// The agents' flags after `AgentArgs` (the mode and its settings).
+  /// The ranks' binary, a path from the runfiles (`Binary`): dcp-agent, or
+  /// a trainer that takes the same `RankArgs`.
+  std::string binary = "worker_agent/dcp-agent";
+  /// The agents' flags after `RankArgs` (the mode and its settings).
   std::vector<std::string> agent_flags;
+  /// Flags of single ranks, after `agent_flags`, by rank.
+  std::map<int, std::vector<std::string>> rank_flags;
   /// Whether the agents get the job's --model_config too (execute mode).
   bool agents_read_model = false;
   /// How long any one thing the test waits for may take.
   absl::Duration patience = absl::Seconds(60);
 };
+
+/// The job the rank-failure, elastic-training and client-shrink tests run,
+/// `max_steps` long: four ranks on two-GPU nodes, a 32K window and 64K
+/// tokens a step over 300 samples of `SkewedLength`, four steps planned
+/// ahead. The test says how its ranks run (`agent_flags`).
+ElasticJob FourRankJob(int64_t max_steps);
+
+/// dcp-agent's flags for simulate mode: each task takes 5 ms and is logged
+/// and reported as execute mode does, without training.
+std::vector<std::string> SimulateModeFlags();
 
 /// A gtest fixture over one `ElasticJob`: writes its trace and model
 /// config in `SetUp`, starts the scheduler and agents on demand, and stops

@@ -69,16 +69,7 @@ constexpr int kVictim = 1;
 constexpr int64_t kKillAfter = 2;
 
 ElasticJob TrainingJob() {
-  ElasticJob job;
-  job.shape = {/*world_size=*/kWorld,
-               /*gpus_per_node=*/2,
-               /*window=*/32768,
-               /*tokens_per_step=*/65536,
-               /*max_steps=*/kSteps,
-               /*seed=*/5,
-               /*lookahead_steps=*/4};
-  job.trace =
-      testing_process::LcgTrace(300, 17, 100, testing_process::SkewedLength);
+  ElasticJob job = testing_process::FourRankJob(kSteps);
   job.agents_read_model = true;
   job.agent_flags = {
       "--mode=execute", "--token_scale=64", "--train_seed=7",

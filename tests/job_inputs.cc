@@ -95,12 +95,18 @@ std::vector<std::multiset<int64_t>> BuilderSteps(const std::string& trace,
   return out;
 }
 
+std::vector<std::string> RankArgs(const std::string& binary,
+                                  const std::string& address, int rank,
+                                  int world_size, const std::string& log_file) {
+  return {binary, "--scheduler=" + address, absl::StrCat("--rank=", rank),
+          absl::StrCat("--world_size=", world_size), "--log_file=" + log_file};
+}
+
 std::vector<std::string> AgentArgs(const std::string& address, int rank,
                                    int world_size,
                                    const std::string& log_file) {
-  return {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
-          absl::StrCat("--rank=", rank),
-          absl::StrCat("--world_size=", world_size), "--log_file=" + log_file};
+  return RankArgs(Binary("worker_agent/dcp-agent"), address, rank, world_size,
+                  log_file);
 }
 
 }  // namespace testing_process

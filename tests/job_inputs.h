@@ -84,10 +84,17 @@ std::vector<std::string> WriteJob(const std::string& name,
 std::vector<std::multiset<int64_t>> BuilderSteps(const std::string& trace,
                                                  const JobShape& shape);
 
-/// The start of a dcp-agent command line for rank `rank` of a world of
-/// `world_size` served by the scheduler at `address`, logging its steps to
-/// `log_file`: the binary, --scheduler, --rank, --world_size and
-/// --log_file. The test appends the mode and its flags.
+/// The start of the command line of a rank's process, `binary` (a path from
+/// the runfiles, `Binary`), for rank `rank` of a world of `world_size`
+/// served by the scheduler at `address`, logging its steps to `log_file`:
+/// the binary, --scheduler, --rank, --world_size and --log_file, the flags
+/// dcp-agent and the client_lib trainers (tests/shrink_trainer) share. The
+/// test appends the rest.
+std::vector<std::string> RankArgs(const std::string& binary,
+                                  const std::string& address, int rank,
+                                  int world_size, const std::string& log_file);
+
+/// `RankArgs` of dcp-agent. The test appends the mode and its flags.
 std::vector<std::string> AgentArgs(const std::string& address, int rank,
                                    int world_size, const std::string& log_file);
 

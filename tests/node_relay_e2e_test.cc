@@ -28,6 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
 #include "tests/elastic_job.h"
+#include "tests/job_inputs.h"
 
 namespace dcp {
 namespace {
@@ -51,15 +52,15 @@ constexpr int kSteps = 16;
 constexpr int kVictim = 2;
 constexpr int64_t kKillAfter = 3;
 
+/// `FourRankJob` on one node (one relay for all four) over a trace and
+/// step draw of its own.
 ElasticJob RelayedJob() {
-  ElasticJob job;
-  job.shape = {/*world_size=*/kWorld, /*gpus_per_node=*/kWorld,
-               /*window=*/32768,      /*tokens_per_step=*/65536,
-               /*max_steps=*/kSteps,  /*seed=*/7,
-               /*lookahead_steps=*/4};
+  ElasticJob job = testing_process::FourRankJob(kSteps);
+  job.shape.gpus_per_node = kWorld;
+  job.shape.seed = 7;
   job.trace =
       testing_process::LcgTrace(300, 23, 100, testing_process::SkewedLength);
-  job.agent_flags = {"--mode=simulate", "--simulate_task_time=5ms"};
+  job.agent_flags = testing_process::SimulateModeFlags();
   return job;
 }
 

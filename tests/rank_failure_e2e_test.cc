@@ -78,17 +78,8 @@ constexpr char kShrunk[] = "[0,2,3]";
 
 /// The job of `steps` steps.
 ElasticJob SimulatedJob(int steps) {
-  ElasticJob job;
-  job.shape = {/*world_size=*/kWorld,
-               /*gpus_per_node=*/2,
-               /*window=*/32768,
-               /*tokens_per_step=*/65536,
-               /*max_steps=*/steps,
-               /*seed=*/5,
-               /*lookahead_steps=*/4};
-  job.trace =
-      testing_process::LcgTrace(300, 17, 100, testing_process::SkewedLength);
-  job.agent_flags = {"--mode=simulate", "--simulate_task_time=5ms"};
+  ElasticJob job = testing_process::FourRankJob(steps);
+  job.agent_flags = testing_process::SimulateModeFlags();
   return job;
 }
 
