@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -39,6 +38,7 @@ namespace tp = ::dcp::testing_process;
 using plan_delivery::AgentFleet;
 using plan_delivery::AgentRun;
 using plan_delivery::CpuSample;
+using plan_delivery::ProcessCpuSeconds;
 using plan_delivery::QueueThreads;
 using Stubs = plan_delivery::SchedulerStubs;
 
@@ -55,27 +55,6 @@ int64_t ProcessRss(pid_t pid) {
     in.ignore(1 << 20, '\n');
   }
   return 0;
-}
-
-// User plus system CPU seconds of process `pid` (all its threads); 0 when
-// /proc does not say. Fields 14 and 15 of /proc/PID/stat, counted after the
-// command name's closing parenthesis (the name may hold spaces).
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string stat = buffer.str();
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(paren + 2));
-  std::string field;
-  double ticks = 0;
-  // After the name: state is field 3, utime 14, stime 15.
-  for (int i = 3; i <= 15 && (fields >> field); ++i) {
-    double v = 0;
-    if (i >= 14 && absl::SimpleAtod(field, &v)) ticks += v;
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 absl::StatusOr<v1::StatusResponse> GetStatus(v1::Scheduler::Stub& stub) {
