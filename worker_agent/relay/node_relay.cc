@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Start(
   std::unique_ptr<NodeRelay> relay(new NodeRelay());
   relay->service_ = std::make_unique<RelayService>(
       *std::move(channel),
-      RelayServiceOptions{options.gather_window, options.clock});
+      RelayServiceOptions{options.gather_window, options.clock,
+                          options.report_linger});
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address,
                            grpc::InsecureServerCredentials(), &relay->port_);

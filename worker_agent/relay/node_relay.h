@@ -32,6 +32,8 @@ struct NodeRelayOptions {
   SecurityOptions upstream_security;
   /// See `RelayServiceOptions::gather_window`.
   absl::Duration gather_window = absl::Milliseconds(20);
+  /// See `RelayServiceOptions::report_linger`.
+  absl::Duration report_linger = absl::Milliseconds(5);
   /// Largest message accepted from either side, in bytes (a plan's step).
   int max_message_bytes = 64 << 20;
   /// null: the real clock.

@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(absl::Duration, gather_window, absl::Milliseconds(20),
           "Plan subscriptions arriving within this long of each other share "
           "one upstream StreamNodePlans call.");
+ABSL_FLAG(absl::Duration, report_linger, absl::Milliseconds(5),
+          "The node's reports go upstream as one batch once each agent's "
+          "report stream has one queued, or when the oldest has waited this "
+          "long (a lagging or silent agent holds the others no longer).");
 
 namespace dcp {
 namespace {
@@ -56,6 +60,10 @@ absl::Status Run() {
   options.gather_window = absl::GetFlag(FLAGS_gather_window);
   if (options.gather_window < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--gather_window must not be negative");
+  }
+  options.report_linger = absl::GetFlag(FLAGS_report_linger);
+  if (options.report_linger < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--report_linger must not be negative");
   }
   SignalWatcher::BlockSignals();
   ASSIGN_OR_RETURN(std::unique_ptr<NodeRelay> relay, NodeRelay::Start(options));
@@ -88,7 +96,7 @@ int main(int argc, char** argv) {
       "The dcp node relay: a node's agents reach the scheduler through it.\n"
       "  dcp-node-relay --listen=unix:PATH|127.0.0.1:PORT "
       "--scheduler=HOST:PORT\n"
-      "    [--port_file=FILE] [--gather_window=20ms]\n"
+      "    [--port_file=FILE] [--gather_window=20ms] [--report_linger=5ms]\n"
       "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
       "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
   absl::ParseCommandLine(argc, argv);

@@ -32,19 +32,27 @@ struct RelayCore {
   RelayCore(v1::Scheduler::Stub* stub, RelayServiceOptions options)
       : stub(stub),
         clock(options.clock != nullptr ? options.clock : RealClock::Default()),
-        mux(options.gather_window) {}
+        mux(options.gather_window),
+        batcher(options.report_linger) {}
 
   /// Opens an upstream StreamNodePlans call for `call`.
   void OpenPlans(PlanMux::Upstream call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   /// Cancels upstream plan call `id` (no local call left on it).
   void CancelPlans(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   /// Opens the upstream report call if none is open and writes the queued
-  /// reports as a batch unless a write is in flight.
+  /// reports as a batch if they are due and no write is in flight.
   void PumpReports() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  /// The gathering thread: opens the gathered subscriptions when due.
+  /// The timer thread: opens the gathered subscriptions and writes the
+  /// lingering report batch when due.
   void Gather();
-  bool GatherWakes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return stopping || mux.GatherDeadline().has_value();
+  /// The earliest of the gathering's deadline and the queued reports'
+  /// (not while a batch write is in flight: its end pumps); InfiniteFuture
+  /// when neither.
+  absl::Time NextDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  /// Whether the timer thread must look again: stopping, or something is
+  /// due before what it sleeps until (`sleeping_until`).
+  bool TimerWakes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return stopping || NextDue() < sleeping_until;
   }
   bool UpstreamsDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return upstream_calls == 0;
@@ -64,6 +72,8 @@ struct RelayCore {
   int64_t next_origin ABSL_GUARDED_BY(mu) = 1;
   /// Upstream reactors not yet done.
   int upstream_calls ABSL_GUARDED_BY(mu) = 0;
+  /// What the timer thread sleeps until.
+  absl::Time sleeping_until ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   std::thread gatherer;
 };
 
@@ -186,6 +196,7 @@ class LocalReportStream final
  public:
   LocalReportStream(RelayCore* core, int64_t origin)
       : core_(core), origin_(origin) {
+    core_->batcher.Open(origin_);
     StartRead(&report_);
   }
 
@@ -201,6 +212,7 @@ class LocalReportStream final
   void Fail(const absl::Status& status) {
     if (failure_.has_value()) return;
     failure_ = status;
+    core_->batcher.Close(origin_);
     WriteNext();
   }
 
@@ -208,6 +220,9 @@ class LocalReportStream final
     absl::MutexLock lock(&core_->mu);
     if (!ok) {
       half_closed_ = true;
+      core_->batcher.Close(origin_);
+      // The node's batch no longer waits for this call.
+      core_->PumpReports();
       WriteNext();
       return;
     }
@@ -217,7 +232,7 @@ class LocalReportStream final
       return;
     }
     ++outstanding_;
-    core_->batcher.Add(origin_, std::move(report_));
+    core_->batcher.Add(origin_, std::move(report_), core_->clock->Now());
     core_->PumpReports();
     StartRead(&report_);
   }
@@ -235,7 +250,9 @@ class LocalReportStream final
   void OnDone() override {
     {
       absl::MutexLock lock(&core_->mu);
+      core_->batcher.Close(origin_);
       core_->report_streams.erase(origin_);
+      core_->PumpReports();
     }
     delete this;
   }
@@ -343,32 +360,43 @@ void RelayCore::CancelPlans(int64_t id) {
 
 void RelayCore::PumpReports() {
   if (stopping) return;
+  const std::optional<absl::Time> due = batcher.Due();
+  if (!due.has_value()) return;
+  if (upstream_reports != nullptr && upstream_reports->writing()) return;
+  // At once needs no clock; a lingering batch is the timer's until due.
+  const absl::Time now = *due == absl::InfinitePast() ? *due : clock->Now();
+  if (*due > now) return;
   if (upstream_reports == nullptr) {
     ++upstream_calls;
     upstream_reports = new UpstreamReports(this);
   }
-  if (upstream_reports->writing()) return;
-  if (std::optional<v1::TimingReportBatch> batch = batcher.TakeBatch()) {
-    upstream_reports->Write(std::move(*batch));
+  upstream_reports->Write(*batcher.TakeBatch(now));
+}
+
+absl::Time RelayCore::NextDue() const {
+  absl::Time next = mux.GatherDeadline().value_or(absl::InfiniteFuture());
+  if (upstream_reports == nullptr || !upstream_reports->writing()) {
+    next = std::min(next, batcher.Due().value_or(absl::InfiniteFuture()));
   }
+  return next;
 }
 
 void RelayCore::Gather() {
   absl::MutexLock lock(&mu);
   while (!stopping) {
-    const std::optional<absl::Time> due = mux.GatherDeadline();
-    if (!due.has_value()) {
-      clock->AwaitWithDeadline(&mu,
-                               absl::Condition(this, &RelayCore::GatherWakes),
-                               absl::InfiniteFuture());
-      continue;
+    const absl::Time due = NextDue();
+    if (due != absl::InfiniteFuture()) {
+      const absl::Time now = clock->Now();
+      if (std::optional<PlanMux::Upstream> call = mux.TakeGathered(now)) {
+        OpenPlans(std::move(*call));
+        continue;
+      }
+      PumpReports();
     }
-    if (std::optional<PlanMux::Upstream> call =
-            mux.TakeGathered(clock->Now())) {
-      OpenPlans(std::move(*call));
-      continue;
-    }
-    clock->AwaitWithDeadline(&mu, absl::Condition(&stopping), *due);
+    sleeping_until = NextDue();
+    clock->AwaitWithDeadline(&mu, absl::Condition(this, &RelayCore::TimerWakes),
+                             sleeping_until);
+    sleeping_until = absl::InfiniteFuture();
   }
 }
 

@@ -17,8 +17,12 @@ struct RelayServiceOptions {
   /// StreamPlans calls that arrive within this long of the first one not
   /// yet sent upstream share one StreamNodePlans call.
   absl::Duration gather_window = absl::Milliseconds(20);
-  /// Time of the gathering; null: the real clock.
+  /// Time of the gathering and the report batches; null: the real clock.
   Clock* clock = nullptr;
+  /// How long the node's queued reports wait for a StreamReports call that
+  /// has none queued yet before they go without it (ReportBatcher): when
+  /// every call has one they go at once.
+  absl::Duration report_linger = absl::Milliseconds(5);
 };
 
 /// The `dcp.v1.Scheduler` service as a node's dcp-agents see it, relayed to
@@ -29,7 +33,9 @@ struct RelayServiceOptions {
 ///   status of its part (or of the upstream call, e.g. the scheduler's
 ///   UNAUTHENTICATED), one rank's end ending only it;
 /// - StreamReports calls share one StreamNodeReports call (`ReportBatcher`):
-///   one batch write in flight, each result back to its call; when the
+///   a batch goes once every call has a report queued (or after
+///   `report_linger`), one batch write in flight, each result back to its
+///   call; when the
 ///   upstream call breaks, the local calls with reports outstanding end
 ///   with its status, and the agents resend over ReportTimings;
 /// - the unary methods are forwarded as they are, with the caller's

@@ -26,6 +26,7 @@ namespace {
 // How long a test waits for what must happen before calling it a hang.
 constexpr absl::Duration kGuard = absl::Seconds(30);
 constexpr absl::Duration kWindow = absl::Milliseconds(20);
+constexpr absl::Duration kLinger = absl::Milliseconds(5);
 
 // What the fake scheduler puts in each rank's drain message, so that a
 // caller can tell its own part from another rank's.
@@ -65,6 +66,11 @@ class FakeScheduler final : public v1::Scheduler::Service {
   std::vector<v1::TimingReport> reports() {
     absl::MutexLock lock(&mu_);
     return reports_;
+  }
+  /// The size of each batch read, in order.
+  std::vector<int> batch_sizes() {
+    absl::MutexLock lock(&mu_);
+    return batch_sizes_;
   }
   std::vector<v1::StoreGetRequest> store_gets() {
     absl::MutexLock lock(&mu_);
@@ -109,6 +115,7 @@ class FakeScheduler final : public v1::Scheduler::Service {
       {
         absl::MutexLock lock(&mu_);
         if (!reports_status_.ok()) return reports_status_;
+        batch_sizes_.push_back(batch.reports_size());
       }
       v1::ReportResultBatch results;
       for (const v1::TimingReport& report : batch.reports()) {
@@ -146,12 +153,14 @@ class FakeScheduler final : public v1::Scheduler::Service {
   std::vector<v1::NodePlansRequest> plan_calls_ ABSL_GUARDED_BY(mu_);
   int report_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::TimingReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> batch_sizes_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StoreGetRequest> store_gets_ ABSL_GUARDED_BY(mu_);
 };
 
 // A FakeClock that counts its readings: the relay reads the clock when it
-// takes a StreamPlans call's subscription, so a test can know that a call
-// has been taken before it moves time past the gather window.
+// takes a StreamPlans call's subscription or a report, so a test can know
+// that a call or report has been taken before it moves time past the
+// gather window or the linger.
 class CountingClock final : public Clock {
  public:
   absl::Time Now() override {
@@ -200,7 +209,7 @@ class RelayServiceTest : public ::testing::Test {
     relay_ = std::make_unique<RelayService>(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", upstream_port),
                             grpc::InsecureChannelCredentials()),
-        RelayServiceOptions{kWindow, &clock_});
+        RelayServiceOptions{kWindow, &clock_, kLinger});
     int relay_port = 0;
     grpc::ServerBuilder relay_builder;
     relay_builder.AddListeningPort(
@@ -303,29 +312,38 @@ TEST_F(RelayServiceTest, UpstreamStatusEndsThePlanCalls) {
   EXPECT_EQ(scheduler_.plan_calls().size(), 1u);
 }
 
+v1::TimingReport ReportOf(int32_t rank, int64_t step) {
+  v1::TimingReport report;
+  report.set_epoch(1);
+  report.set_step(step);
+  report.set_rank(rank);
+  return report;
+}
+
+// Reads `stream`'s next result and checks it answers `report`.
+template <typename Stream>
+void ExpectAnswer(Stream& stream, const v1::TimingReport& report) {
+  v1::ReportResult result;
+  ASSERT_TRUE(stream->Read(&result));
+  EXPECT_EQ(result.rank(), report.rank());
+  EXPECT_EQ(result.step(), report.step());
+  EXPECT_EQ(result.code(), 0);
+  EXPECT_EQ(result.message(), AnswerFor(report));
+}
+
 TEST_F(RelayServiceTest, ReportCallsShareOneUpstreamCall) {
   grpc::ClientContext context0, context1;
   Guard(context0);
   Guard(context1);
   auto stream0 = agent_->StreamReports(&context0);
   auto stream1 = agent_->StreamReports(&context1);
-  std::vector<v1::TimingReport> sent;
-  for (int32_t rank : {0, 1}) {
-    SCOPED_TRACE(absl::StrCat("rank ", rank));
-    auto& stream = rank == 0 ? stream0 : stream1;
-    v1::TimingReport report;
-    report.set_epoch(1);
-    report.set_step(5 + rank);
-    report.set_rank(rank);
-    sent.push_back(report);
-    ASSERT_TRUE(stream->Write(report));
-    v1::ReportResult result;
-    ASSERT_TRUE(stream->Read(&result));
-    EXPECT_EQ(result.rank(), rank);
-    EXPECT_EQ(result.step(), report.step());
-    EXPECT_EQ(result.code(), 0);
-    EXPECT_EQ(result.message(), AnswerFor(report));
-  }
+  std::vector<v1::TimingReport> sent = {ReportOf(0, 5), ReportOf(1, 5)};
+  // The fake clock stands still: a report that waited for the other call's
+  // would never go alone.
+  ASSERT_TRUE(stream0->Write(sent[0]));
+  ASSERT_TRUE(stream1->Write(sent[1]));
+  ExpectAnswer(stream0, sent[0]);
+  ExpectAnswer(stream1, sent[1]);
   for (auto* stream : {stream0.get(), stream1.get()}) {
     ASSERT_TRUE(stream->WritesDone());
     const grpc::Status status = stream->Finish();
@@ -333,12 +351,64 @@ TEST_F(RelayServiceTest, ReportCallsShareOneUpstreamCall) {
   }
 
   EXPECT_EQ(scheduler_.report_calls(), 1);
-  const std::vector<v1::TimingReport> received = scheduler_.reports();
+  std::vector<v1::TimingReport> received = scheduler_.reports();
   ASSERT_EQ(received.size(), sent.size());
+  std::sort(received.begin(), received.end(),
+            [](const v1::TimingReport& a, const v1::TimingReport& b) {
+              return a.rank() < b.rank();
+            });
   for (size_t i = 0; i < sent.size(); ++i) {
     EXPECT_EQ(received[i].rank(), sent[i].rank());
     EXPECT_EQ(received[i].step(), sent[i].step());
   }
+}
+
+TEST_F(RelayServiceTest, AReportWaitsForTheNodesOtherCallsAtMostTheLinger) {
+  grpc::ClientContext context0, context1;
+  Guard(context0);
+  Guard(context1);
+  auto stream0 = agent_->StreamReports(&context0);
+  auto stream1 = agent_->StreamReports(&context1);
+  // After one answered report each, both calls are open at the relay.
+  ASSERT_TRUE(stream0->Write(ReportOf(0, 5)));
+  ASSERT_TRUE(stream1->Write(ReportOf(1, 5)));
+  ExpectAnswer(stream0, ReportOf(0, 5));
+  ExpectAnswer(stream1, ReportOf(1, 5));
+  const size_t batches = scheduler_.batch_sizes().size();
+
+  // Step 6: rank 0's report waits, the timer set for the linger, until
+  // rank 1's comes; both go as one batch.
+  ASSERT_TRUE(stream0->Write(ReportOf(0, 6)));
+  ASSERT_TRUE(
+      clock_.fake().AwaitSleeperUntil(clock_.fake().Now() + kLinger, kGuard));
+  EXPECT_EQ(scheduler_.reports().size(), 2u);
+  ASSERT_TRUE(stream1->Write(ReportOf(1, 6)));
+  ExpectAnswer(stream0, ReportOf(0, 6));
+  ExpectAnswer(stream1, ReportOf(1, 6));
+  ASSERT_EQ(scheduler_.batch_sizes().size(), batches + 1);
+  EXPECT_EQ(scheduler_.batch_sizes().back(), 2);
+
+  // Step 7: rank 1 lags; rank 0's report goes alone once the linger is
+  // over. (The timer still sleeps until the same time, set in step 6: the
+  // relay's reading of the clock on taking the report shows it has it.)
+  const int reads = clock_.reads();
+  ASSERT_TRUE(stream0->Write(ReportOf(0, 7)));
+  ASSERT_TRUE(clock_.AwaitReads(reads + 1));
+  ASSERT_TRUE(
+      clock_.fake().AwaitSleeperUntil(clock_.fake().Now() + kLinger, kGuard));
+  EXPECT_EQ(scheduler_.reports().size(), 4u);
+  clock_.fake().Advance(kLinger);
+  ExpectAnswer(stream0, ReportOf(0, 7));
+  ASSERT_EQ(scheduler_.batch_sizes().size(), batches + 2);
+  EXPECT_EQ(scheduler_.batch_sizes().back(), 1);
+
+  // Rank 1 half-closes: the node's reports wait for it no more.
+  ASSERT_TRUE(stream1->WritesDone());
+  EXPECT_TRUE(stream1->Finish().ok());
+  ASSERT_TRUE(stream0->Write(ReportOf(0, 8)));
+  ExpectAnswer(stream0, ReportOf(0, 8));
+  ASSERT_TRUE(stream0->WritesDone());
+  EXPECT_TRUE(stream0->Finish().ok());
 }
 
 TEST_F(RelayServiceTest, UpstreamStatusEndsReportCallsAwaitingResults) {

@@ -1,24 +1,67 @@
 #include "worker_agent/relay/report_batcher.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace dcp {
 
-void ReportBatcher::Add(int64_t origin, v1::TimingReport report) {
-  queued_.emplace_back(origin, std::move(report));
+void ReportBatcher::Open(int64_t origin) {
+  open_.try_emplace(origin, std::nullopt);
+  Refresh();
 }
 
-std::optional<v1::TimingReportBatch> ReportBatcher::TakeBatch() {
-  if (queued_.empty()) return std::nullopt;
+void ReportBatcher::Close(int64_t origin) {
+  open_.erase(origin);
+  Refresh();
+}
+
+void ReportBatcher::Add(int64_t origin, v1::TimingReport report,
+                        absl::Time now) {
+  auto call = open_.find(origin);
+  if (call != open_.end()) {
+    const StepKey key{report.epoch(), report.step()};
+    if (!call->second.has_value() || *call->second < key) call->second = key;
+  }
+  queued_.push_back(Queued{origin, std::move(report), now});
+  Refresh();
+}
+
+void ReportBatcher::Refresh() {
+  due_.reset();
+  if (queued_.empty()) return;
+  if (queued_.size() >= static_cast<size_t>(kMaxReportsPerBatch)) {
+    due_ = absl::InfinitePast();
+    return;
+  }
+  StepKey earliest{queued_.front().report.epoch(),
+                   queued_.front().report.step()};
+  for (const Queued& queued : queued_) {
+    earliest =
+        std::min(earliest, StepKey{queued.report.epoch(), queued.report.step()});
+  }
+  const bool all_reported =
+      std::all_of(open_.begin(), open_.end(), [&](const auto& call) {
+        return call.second.has_value() && *call.second >= earliest;
+      });
+  due_ = all_reported ? absl::InfinitePast() : queued_.front().arrived + linger_;
+}
+
+std::optional<absl::Time> ReportBatcher::Due() const { return due_; }
+
+std::optional<v1::TimingReportBatch> ReportBatcher::TakeBatch(absl::Time now) {
+  if (!due_.has_value() || *due_ > now) return std::nullopt;
   v1::TimingReportBatch batch;
   std::vector<int64_t>& origins = awaiting_.emplace_back();
   while (!queued_.empty() && batch.reports_size() < kMaxReportsPerBatch) {
-    origins.push_back(queued_.front().first);
-    *batch.add_reports() = std::move(queued_.front().second);
+    Queued& next = queued_.front();
+    origins.push_back(next.origin);
+    *batch.add_reports() = std::move(next.report);
     queued_.pop_front();
   }
+  Refresh();
   return batch;
 }
 
@@ -55,9 +98,10 @@ std::vector<int64_t> ReportBatcher::Fail() {
   for (const std::vector<int64_t>& batch : awaiting_) {
     for (int64_t origin : batch) note(origin);
   }
-  for (const auto& [origin, report] : queued_) note(origin);
+  for (const Queued& queued : queued_) note(queued.origin);
   awaiting_.clear();
   queued_.clear();
+  Refresh();
   return failed;
 }
 
