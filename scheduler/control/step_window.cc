@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "google/protobuf/arena.h"
 #include "scheduler/planner/plan_proto.h"
 
 namespace dcp {
@@ -452,19 +453,32 @@ StepWindow::StepRecord StepWindow::MakeRecord(
         absl::StrCat(options_.session_id, "/e", epoch, "/g",
                      absl::StrJoin(group.ranks(), "-")));
   }
-  std::vector<v1::RankStep> views =
-      AllRankViews(record.plan, options_.world_size);
-  record.updates.reserve(views.size());
+  // The step's views live on one arena, freed at once when the step and
+  // the last write of it are done (a 1,024-rank step is ~50k messages).
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = 64 << 10;
+  arena_options.max_block_size = 1 << 20;
+  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
+  std::vector<v1::PlanUpdate*> updates;
+  std::vector<v1::RankStep*> views;
+  updates.reserve(options_.world_size);
+  views.reserve(options_.world_size);
+  for (int rank = 0; rank < options_.world_size; ++rank) {
+    updates.push_back(
+        google::protobuf::Arena::CreateMessage<v1::PlanUpdate>(arena.get()));
+    views.push_back(updates.back()->mutable_step());
+  }
+  FillRankViews(record.plan, views);
+  record.updates.reserve(updates.size());
   const bool whole_world =
       std::count(members.begin(), members.end(), true) == options_.world_size;
-  for (v1::RankStep& view : views) {
+  for (v1::PlanUpdate* update : updates) {
     // After a shrink the agents' gradient sync spans the epoch's members.
     for (int r = 0; r < options_.world_size && !whole_world; ++r) {
-      if (members[r]) view.add_world_ranks(r);
+      if (members[r]) update->mutable_step()->add_world_ranks(r);
     }
-    auto update = std::make_shared<v1::PlanUpdate>();
-    update->mutable_step()->Swap(&view);
-    record.updates.push_back(std::move(update));
+    // Shares the arena's ownership.
+    record.updates.emplace_back(arena, update);
   }
   record.reported.assign(options_.world_size, false);
   record.rank_seconds.assign(options_.world_size, 0.0);

@@ -308,11 +308,11 @@ v1::RankStep RankView(const v1::StepPlan& plan, int rank) {
   return out;
 }
 
-std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
-                                       int world_size) {
-  std::vector<v1::RankStep> views(std::max(world_size, 0));
+void FillRankViews(const v1::StepPlan& plan,
+                   const std::vector<v1::RankStep*>& views) {
+  const int world_size = static_cast<int>(views.size());
   for (int rank = 0; rank < world_size; ++rank) {
-    v1::RankStep& v = views[rank];
+    v1::RankStep& v = *views[rank];
     v.set_epoch(plan.epoch());
     v.set_step(plan.step());
     v.set_rank(rank);
@@ -322,7 +322,7 @@ std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
   auto named = [&](int rank) { return rank >= 0 && rank < world_size; };
   for (const v1::Task& task : plan.tasks()) {
     for (int rank : task.ranks()) {
-      if (named(rank)) *views[rank].add_tasks() = task;
+      if (named(rank)) *views[rank]->add_tasks() = task;
     }
   }
   std::vector<const v1::CommGroup*> groups;
@@ -334,9 +334,18 @@ std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
                    });
   for (const v1::CommGroup* group : groups) {
     for (int rank : group->ranks()) {
-      if (named(rank)) *views[rank].add_groups() = *group;
+      if (named(rank)) *views[rank]->add_groups() = *group;
     }
   }
+}
+
+std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
+                                       int world_size) {
+  std::vector<v1::RankStep> views(std::max(world_size, 0));
+  std::vector<v1::RankStep*> targets;
+  targets.reserve(views.size());
+  for (v1::RankStep& view : views) targets.push_back(&view);
+  FillRankViews(plan, targets);
   return views;
 }
 

@@ -78,6 +78,12 @@ v1::RankStep RankView(const v1::StepPlan& plan, int rank);
 std::vector<v1::RankStep> AllRankViews(const v1::StepPlan& plan,
                                        int world_size);
 
+/// `AllRankViews` into messages the caller made (on an arena, say):
+/// `*views[rank]`, empty, becomes `RankView(plan, rank)` for every rank in
+/// [0, views.size()).
+void FillRankViews(const v1::StepPlan& plan,
+                   const std::vector<v1::RankStep*>& views);
+
 }  // namespace dcp
 
 #endif  // DCP_SCHEDULER_PLANNER_PLAN_PROTO_H_

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/arena.h"
 #include "gtest/gtest.h"
 
 namespace dcp {
@@ -210,6 +211,22 @@ TEST_F(PlanProtoTest, AllRankViewsEqualsRankViewOfEveryRank) {
     }
   }
   EXPECT_TRUE(AllRankViews(wire, 0).empty());
+}
+
+TEST_F(PlanProtoTest, FillRankViewsOnAnArenaEqualsRankViewOfEveryRank) {
+  const v1::StepPlan wire = Wire();
+  google::protobuf::Arena arena;
+  std::vector<v1::RankStep*> views;
+  for (int rank = 0; rank < 4; ++rank) {
+    views.push_back(google::protobuf::Arena::CreateMessage<v1::RankStep>(&arena));
+  }
+  FillRankViews(wire, views);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(views[rank]->GetArena(), &arena);
+    EXPECT_EQ(views[rank]->SerializeAsString(),
+              RankView(wire, rank).SerializeAsString())
+        << "rank " << rank;
+  }
 }
 
 // Each case breaks one rule of a valid plan; FromProto must reject it with a
