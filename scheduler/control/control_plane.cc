@@ -491,7 +491,10 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
     window_.FailPlanning(failure);
     return failure;
   }
-  v1::StepPlan proto = ToProto(*plan, lengths_, next->epoch);
+  // On the arena the step's per-rank views will share.
+  StepArena step = StepArena::New();
+  v1::StepPlan& proto = *step.plan;
+  ToProto(*plan, lengths_, next->epoch, &proto);
   if (world != options_.world_size) MapRanks(next->members, proto);
   const absl::Duration planning_time = clock_->Now() - start;
   const absl::Duration planning_cpu_time =
@@ -506,7 +509,7 @@ absl::StatusOr<std::optional<PlannedStepEvent>> ControlPlane::PlanLocked() {
       proto, *next, planning_time, planner_->cost_model(), options_.world_size);
   event.planning_cpu_time = planning_cpu_time;
   // A drain or shutdown while planning discards the step.
-  if (!window_.AddPlannedStep(std::move(proto), *next)) {
+  if (!window_.AddPlannedStep(std::move(step), *next)) {
     return std::nullopt;
   }
   return event;

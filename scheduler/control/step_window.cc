@@ -262,15 +262,15 @@ absl::StatusOr<AcceptedTimings> StepWindow::ValidateLocked(
   known.completed_steps = completed_steps_;
   if (record != nullptr) {
     // A step planned before a grow is still its own epoch's.
-    known.epoch = record->plan.epoch();
+    known.epoch = record->plan->epoch();
     if (!record->members[rank]) {
       return absl::FailedPreconditionError(absl::StrCat(
           "rank ", rank, " is not in the world of step ", report.step(),
-          " (epoch ", record->plan.epoch(),
+          " (epoch ", record->plan->epoch(),
           "): it was left out when it failed, and is in the world again "
           "from the next epoch on"));
     }
-    known.plan = &record->plan;
+    known.plan = record->plan;
     known.rank_tasks = record->updates[rank]->step().tasks_size();
     known.already_reported = record->reported[rank];
   }
@@ -317,14 +317,14 @@ absl::StatusOr<RecordedTimings> StepWindow::Record(
   recorded.observations = std::move(accepted.observations);
   if (record->reports == record->member_count) {
     MeasuredStep& step = recorded.completed.emplace();
-    step.predicted_seconds = record->plan.predicted_makespan_s();
+    step.predicted_seconds = record->plan->predicted_makespan_s();
     step.measured_seconds = *std::max_element(record->rank_seconds.begin(),
                                               record->rank_seconds.end());
     step.max_busy_seconds = record->max_busy;
     step.sync_reported = record->sync_reported;
-    step.epoch = record->plan.epoch();
-    step.step = record->plan.step();
-    step.tokens = record->plan.total_tokens();
+    step.epoch = record->plan->epoch();
+    step.step = record->plan->step();
+    step.tokens = record->plan->total_tokens();
     for (int r = 0; r < options_.world_size; ++r) {
       if (record->members[r]) {
         step.rank_busy_seconds.push_back(record->rank_busy[r]);
@@ -444,31 +444,47 @@ std::optional<StepToPlan> StepWindow::NextStepToPlan() const {
   return out;
 }
 
+StepArena StepArena::New() {
+  // A 1,024-rank step is ~2 MB in ~100k messages (plan and views).
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 64 << 10;
+  options.max_block_size = 1 << 20;
+  StepArena out;
+  out.arena = std::make_shared<google::protobuf::Arena>(options);
+  out.plan = google::protobuf::Arena::CreateMessage<v1::StepPlan>(
+      out.arena.get());
+  return out;
+}
+
+StepArena StepArena::Of(const v1::StepPlan& plan) {
+  StepArena out = New();
+  *out.plan = plan;
+  return out;
+}
+
 StepWindow::StepRecord StepWindow::MakeRecord(
-    v1::StepPlan plan, int64_t epoch, const std::vector<bool>& members) const {
+    StepArena plan, int64_t epoch, const std::vector<bool>& members) const {
   StepRecord record;
-  record.plan = std::move(plan);
-  for (v1::CommGroup& group : *record.plan.mutable_groups()) {
+  record.arena = std::move(plan.arena);
+  record.plan = plan.plan;
+  for (v1::CommGroup& group : *record.plan->mutable_groups()) {
     group.set_rendezvous_prefix(
         absl::StrCat(options_.session_id, "/e", epoch, "/g",
                      absl::StrJoin(group.ranks(), "-")));
   }
-  // The step's views live on one arena, freed at once when the step and
-  // the last write of it are done (a 1,024-rank step is ~50k messages).
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.start_block_size = 64 << 10;
-  arena_options.max_block_size = 1 << 20;
-  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
+  // The views live on the plan's arena, freed with it when the step and
+  // the last write of it are done.
+  google::protobuf::Arena* const arena = record.arena.get();
   std::vector<v1::PlanUpdate*> updates;
   std::vector<v1::RankStep*> views;
   updates.reserve(options_.world_size);
   views.reserve(options_.world_size);
   for (int rank = 0; rank < options_.world_size; ++rank) {
     updates.push_back(
-        google::protobuf::Arena::CreateMessage<v1::PlanUpdate>(arena.get()));
+        google::protobuf::Arena::CreateMessage<v1::PlanUpdate>(arena));
     views.push_back(updates.back()->mutable_step());
   }
-  FillRankViews(record.plan, views);
+  FillRankViews(*record.plan, views);
   record.updates.reserve(updates.size());
   const bool whole_world =
       std::count(members.begin(), members.end(), true) == options_.world_size;
@@ -478,7 +494,7 @@ StepWindow::StepRecord StepWindow::MakeRecord(
       if (members[r]) update->mutable_step()->add_world_ranks(r);
     }
     // Shares the arena's ownership.
-    record.updates.emplace_back(arena, update);
+    record.updates.emplace_back(record.arena, update);
   }
   record.reported.assign(options_.world_size, false);
   record.rank_seconds.assign(options_.world_size, 0.0);
@@ -497,6 +513,10 @@ bool StepWindow::AddPlannedStep(v1::StepPlan plan, int64_t step,
 }
 
 bool StepWindow::AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned) {
+  return AddPlannedStep(StepArena::Of(plan), planned);
+}
+
+bool StepWindow::AddPlannedStep(StepArena plan, const StepToPlan& planned) {
   std::vector<bool> members(options_.world_size, false);
   for (int r : planned.members) members[r] = true;
   StepRecord record = MakeRecord(std::move(plan), planned.epoch, members);
@@ -538,7 +558,7 @@ absl::StatusOr<v1::StepPlan> StepWindow::PlannedStep(int64_t step) const {
         absl::StrCat("step ", step, " is not kept: the window holds steps [",
                      completed_steps_, ", ", planned_steps_, ")"));
   }
-  return window_[step - completed_steps_].plan;
+  return *window_[step - completed_steps_].plan;
 }
 
 bool StepWindow::AwaitPlanned(int64_t steps, absl::Duration timeout) const {

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "google/protobuf/arena.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 #include "scheduler/control/control_events.h"
@@ -46,6 +47,19 @@ struct StreamNext {
   /// it after the step completes.
   std::shared_ptr<const v1::PlanUpdate> update;
   absl::Status end_status;
+};
+
+/// A step's plan on an arena of its own, sized for a step's messages: the
+/// plan, then its per-rank views (`StepWindow::AddPlannedStep`).
+struct StepArena {
+  /// An empty plan on a new arena.
+  static StepArena New();
+  /// `plan` copied onto a new arena.
+  static StepArena Of(const v1::StepPlan& plan);
+
+  std::shared_ptr<google::protobuf::Arena> arena;
+  /// On `arena`.
+  v1::StepPlan* plan = nullptr;
 };
 
 /// Configuration of a `StepWindow`, copied from `ControlPlaneOptions`.
@@ -297,6 +311,11 @@ class StepWindow {
   /// leaves the queue of abandoned ones.
   bool AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned)
       ABSL_LOCKS_EXCLUDED(mu_);
+  /// As above for a plan made on its own arena (the planner's way: the
+  /// step's per-rank views go on the same arena, and the step's messages
+  /// are freed in one go, not one by one, when it is done).
+  bool AddPlannedStep(StepArena plan, const StepToPlan& planned)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Planning failed: keeps `error` (GetStatus shows it) and drains. The
   /// caller wakes the streams, as after `AddPlannedStep`.
@@ -325,7 +344,9 @@ class StepWindow {
  private:
   /// One planned step, kept until every rank reported it.
   struct StepRecord {
-    v1::StepPlan plan;
+    /// Owns `plan` and the messages of `updates`.
+    std::shared_ptr<google::protobuf::Arena> arena;
+    v1::StepPlan* plan = nullptr;
     /// Per-rank views as the messages that carry them, indexed by rank.
     std::vector<std::shared_ptr<const v1::PlanUpdate>> updates;
     /// Per rank: whether it reported, and its task seconds + sync.
@@ -368,7 +389,7 @@ class StepWindow {
   static void CallAll(const WakeList& wakes);
 
   /// The stored form of a plan: prefixes filled and per-rank views cut.
-  StepRecord MakeRecord(v1::StepPlan plan, int64_t epoch,
+  StepRecord MakeRecord(StepArena plan, int64_t epoch,
                         const std::vector<bool>& members) const;
   /// The world of the next step: the current one, or under shrink every
   /// rank not failed.

@@ -54,9 +54,9 @@ void StepWindow::ShrinkLocked(
                      planned_steps_, {}};
   for (const StepRecord& record : window_) {
     change.reserve.push_back(
-        {record.plan.step(),
-         {record.plan.samples().begin(), record.plan.samples().end()}});
-    event.reserved_samples += record.plan.samples_size();
+        {record.plan->step(),
+         {record.plan->samples().begin(), record.plan->samples().end()}});
+    event.reserved_samples += record.plan->samples_size();
   }
   // Durable before a discarded answer or a plan of the new epoch is out.
   if (absl::Status kept = persist(change); !kept.ok()) {
@@ -131,7 +131,7 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
     }
     ASSIGN_OR_RETURN(std::vector<bool> world, WorldOf(kept.members));
     const int64_t plan_epoch = kept.plan.epoch();
-    records.push_back(MakeRecord(std::move(kept.plan), plan_epoch, world));
+    records.push_back(MakeRecord(StepArena::Of(kept.plan), plan_epoch, world));
   }
   absl::MutexLock lock(&mu_);
   if (planned_steps_ != 0 || !streams_.empty()) {
@@ -159,7 +159,7 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
   reserved_planned_ = restored.reserved_planned;
   epoch_abandoned_from_ = restored.epoch_abandoned_from;
   for (StepRecord& record : window_) {
-    if (record.plan.epoch() == epoch_) MarkAbandonedFrom(record);
+    if (record.plan->epoch() == epoch_) MarkAbandonedFrom(record);
   }
   return absl::OkStatus();
 }

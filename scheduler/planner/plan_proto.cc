@@ -220,6 +220,13 @@ absl::Status Validate(const v1::StepPlan& plan) {
 v1::StepPlan ToProto(const StepPlan& plan, const LengthView& lengths,
                      int64_t epoch) {
   v1::StepPlan out;
+  ToProto(plan, lengths, epoch, &out);
+  return out;
+}
+
+void ToProto(const StepPlan& plan, const LengthView& lengths, int64_t epoch,
+             v1::StepPlan* out_message) {
+  v1::StepPlan& out = *out_message;
   out.set_epoch(epoch);
   out.set_step(plan.step);
   out.mutable_samples()->Add(plan.samples.begin(), plan.samples.end());
@@ -258,7 +265,6 @@ v1::StepPlan ToProto(const StepPlan& plan, const LengthView& lengths,
     }
   }
   out.set_total_tokens(total_tokens);
-  return out;
 }
 
 absl::StatusOr<StepPlan> FromProto(const v1::StepPlan& plan) {

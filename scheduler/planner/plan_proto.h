@@ -43,6 +43,10 @@ namespace dcp {
 /// `FromProto` or `ReplayStep` to validate.
 v1::StepPlan ToProto(const StepPlan& plan, const LengthView& lengths,
                      int64_t epoch);
+/// The same into `out`, an empty message the caller made (on an arena,
+/// say).
+void ToProto(const StepPlan& plan, const LengthView& lengths, int64_t epoch,
+             v1::StepPlan* out);
 
 /// The scheduler's form of a wire plan, after checking that it is consistent.
 ///
