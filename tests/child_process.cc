@@ -282,33 +282,5 @@ double JsonNumber(const nlohmann::json& j) {
   return 0;
 }
 
-ServingAgents StartServingAgents(const std::string& name,
-                                 const std::string& address, int world,
-                                 const std::vector<std::string>& extra_flags) {
-  ServingAgents out;
-  char dir[] = "/tmp/dcp-serve-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    ADD_FAILURE() << "mkdtemp failed";
-    return out;
-  }
-  out.dir = dir;
-  for (int r = 0; r < world; ++r) {
-    out.sockets.push_back(absl::StrCat(out.dir, "/agent-", r, ".sock"));
-    std::vector<std::string> argv = {Binary("worker_agent/dcp-agent"),
-                                     "--scheduler=" + address,
-                                     absl::StrCat("--rank=", r),
-                                     absl::StrCat("--world_size=", world),
-                                     "--mode=serve",
-                                     "--socket=" + out.sockets.back(),
-                                     // The ranks share a host and its GPU
-                                     // 0: their agents' groups stay on Gloo.
-                                     "--comm_backend=gloo"};
-    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
-    out.argv.push_back(std::move(argv));
-  }
-  return out;
-}
-
 }  // namespace testing_process
 }  // namespace dcp

@@ -133,28 +133,6 @@ nlohmann::json CtlStatus(const std::string& name, const std::string& address);
 /// are printed as strings); 0 and a test failure when it is neither.
 double JsonNumber(const nlohmann::json& j);
 
-/// dcp-agent processes in serve mode, one a rank, and the Unix sockets they
-/// serve their trainers on.
-struct ServingAgents {
-  /// The directory of the sockets; the caller removes it once the agents
-  /// are gone. Empty when it could not be made.
-  std::string dir;
-  /// Per rank, the socket's path.
-  std::vector<std::string> sockets;
-  std::vector<Child> agents;
-  /// Per rank, the command line it was started with (to start it again).
-  std::vector<std::vector<std::string>> argv;
-};
-
-/// Starts `dcp-agent --mode=serve` for ranks 0..world-1 of the scheduler at
-/// `address`, named "<name>-agent-<rank>", with `extra_flags` last. Socket
-/// paths are short (108 bytes), so the sockets are not under TEST_TMPDIR
-/// but in a directory of this run's own under /tmp (sandboxes share /tmp
-/// and pids); no agent and a test failure when it cannot be made.
-ServingAgents StartServingAgents(const std::string& name,
-                                 const std::string& address, int world,
-                                 const std::vector<std::string>& extra_flags);
-
 }  // namespace testing_process
 }  // namespace dcp
 

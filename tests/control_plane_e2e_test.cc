@@ -53,7 +53,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using testing_process::Binary;
+using testing_process::AgentArgs;
 using testing_process::Child;
 using testing_process::CtlStatus;
 using testing_process::Describe;
@@ -136,6 +136,20 @@ std::vector<std::string> SchedulerFlags(
                              "--lookahead_steps=4", "--refit_every=16"});
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
+}
+
+/// dcp-agent in execute mode for rank `rank` of `world` at `address`
+/// (`AgentArgs`, logging to `log_file`), training the model of
+/// `model_path` at kTokenScale, its groups formed within 60 s.
+std::vector<std::string> ExecuteAgentArgs(const std::string& address, int rank,
+                                          int world,
+                                          const std::string& model_path,
+                                          const std::string& log_file) {
+  std::vector<std::string> argv = AgentArgs(address, rank, world, log_file);
+  argv.insert(argv.end(), {"--mode=execute", "--model_config=" + model_path,
+                           absl::StrCat("--token_scale=", kTokenScale),
+                           "--rendezvous_timeout=60s"});
+  return argv;
 }
 
 // ---------------------------------------------------------------- checks
@@ -327,14 +341,10 @@ TEST(ControlPlaneE2eTest, EightAgentProcessesRunFiftyStepsOfTheScheduler) {
   const absl::Time started = absl::Now();
   std::vector<Child> agents;
   for (int r = 0; r < kWorld; ++r) {
-    agents.push_back(Spawn(
-        absl::StrCat("agent-", r),
-        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
-         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
-         "--mode=execute", "--model_config=" + model_path,
-         absl::StrCat("--token_scale=", kTokenScale),
-         "--rendezvous_timeout=60s",
-         "--log_file=" + TmpPath(absl::StrCat("agent-", r, ".jsonl"))}));
+    agents.push_back(
+        Spawn(absl::StrCat("agent-", r),
+              ExecuteAgentArgs(address, r, kWorld, model_path,
+                               TmpPath(absl::StrCat("agent-", r, ".jsonl")))));
   }
   if (!WaitAll(agents, absl::Now() + absl::Seconds(150))) {
     KillAll(agents);
@@ -409,14 +419,11 @@ TEST(ControlPlaneE2eTest, AgentsThatCannotRunAPlanFailNamingRankStepAndTask) {
   const std::string address = absl::StrCat("127.0.0.1:", port);
   std::vector<Child> agents;
   for (int r = 0; r < kWorld; ++r) {
+    // The nine-head model: the scheduler plans for eight.
     agents.push_back(Spawn(
         absl::StrCat("bad-agent-", r),
-        {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
-         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", kWorld),
-         "--mode=execute", "--model_config=" + agent_model_path,
-         absl::StrCat("--token_scale=", kTokenScale),
-         "--rendezvous_timeout=60s",
-         "--log_file=" + TmpPath(absl::StrCat("bad-agent-", r, ".jsonl"))}));
+        ExecuteAgentArgs(address, r, kWorld, agent_model_path,
+                         TmpPath(absl::StrCat("bad-agent-", r, ".jsonl")))));
   }
   // Far below the 60 s a peer waiting out a timeout would take.
   const absl::Time started = absl::Now();
@@ -473,14 +480,9 @@ TEST(ControlPlaneE2eTest, ProfileAtStartRefitsBeforeTheFirstStep) {
   for (int r = 0; r < kProfileWorld; ++r) {
     agents.push_back(
         Spawn(absl::StrCat("profile-agent-", r),
-              {Binary("worker_agent/dcp-agent"), "--scheduler=" + address,
-               absl::StrCat("--rank=", r),
-               absl::StrCat("--world_size=", kProfileWorld), "--mode=execute",
-               "--model_config=" + model_path,
-               absl::StrCat("--token_scale=", kTokenScale),
-               "--rendezvous_timeout=60s",
-               "--log_file=" +
-                   TmpPath(absl::StrCat("profile-agent-", r, ".jsonl"))}));
+              ExecuteAgentArgs(
+                  address, r, kProfileWorld, model_path,
+                  TmpPath(absl::StrCat("profile-agent-", r, ".jsonl")))));
   }
   if (!WaitAll(agents, absl::Now() + absl::Seconds(120))) {
     KillAll(agents);

@@ -1,5 +1,8 @@
 #include "tests/job_inputs.h"
 
+#include <cstdlib>
+#include <utility>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -98,8 +101,13 @@ std::vector<std::multiset<int64_t>> BuilderSteps(const std::string& trace,
 std::vector<std::string> RankArgs(const std::string& binary,
                                   const std::string& address, int rank,
                                   int world_size, const std::string& log_file) {
-  return {binary, "--scheduler=" + address, absl::StrCat("--rank=", rank),
-          absl::StrCat("--world_size=", world_size), "--log_file=" + log_file};
+  std::vector<std::string> argv = {binary, "--scheduler=" + address,
+                                   absl::StrCat("--rank=", rank)};
+  if (world_size != 0) {
+    argv.push_back(absl::StrCat("--world_size=", world_size));
+  }
+  if (!log_file.empty()) argv.push_back("--log_file=" + log_file);
+  return argv;
 }
 
 std::vector<std::string> AgentArgs(const std::string& address, int rank,
@@ -107,6 +115,31 @@ std::vector<std::string> AgentArgs(const std::string& address, int rank,
                                    const std::string& log_file) {
   return RankArgs(Binary("worker_agent/dcp-agent"), address, rank, world_size,
                   log_file);
+}
+
+ServingAgents StartServingAgents(const std::string& name,
+                                 const std::string& address, int world,
+                                 const std::vector<std::string>& extra_flags) {
+  ServingAgents out;
+  char dir[] = "/tmp/dcp-serve-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp failed";
+    return out;
+  }
+  out.dir = dir;
+  for (int r = 0; r < world; ++r) {
+    out.sockets.push_back(absl::StrCat(out.dir, "/agent-", r, ".sock"));
+    std::vector<std::string> argv =
+        AgentArgs(address, r, world, /*log_file=*/"");
+    argv.insert(argv.end(), {"--mode=serve", "--socket=" + out.sockets.back(),
+                             // The ranks share a host and its GPU 0: their
+                             // agents' groups stay on Gloo.
+                             "--comm_backend=gloo"});
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
+    out.argv.push_back(std::move(argv));
+  }
+  return out;
 }
 
 }  // namespace testing_process

@@ -3,14 +3,16 @@
 
 // The files a cross-process test writes for the binaries it runs (a model
 // config and a trace of sample lengths), the flags that point the
-// binaries at them, and the steps the scheduler draws from them
-// (testonly).
+// binaries at them, the steps the scheduler draws from them, and the
+// command lines of the ranks' processes (testonly).
 
 #include <cstdint>
 #include <functional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "tests/child_process.h"
 
 namespace dcp {
 namespace testing_process {
@@ -90,13 +92,44 @@ std::vector<std::multiset<int64_t>> BuilderSteps(const std::string& trace,
 /// the binary, --scheduler, --rank, --world_size and --log_file, the flags
 /// dcp-agent and the client_lib trainers (tests/shrink_trainer) share. The
 /// test appends the rest.
+///
+/// `world_size` 0: no --world_size (the rank learns it when it registers;
+/// what a test of a rank that must fail before it registers passes).
+/// `log_file` empty: no --log_file (a rank whose steps the test does not
+/// read, such as a serve-mode agent's or one that must fail).
 std::vector<std::string> RankArgs(const std::string& binary,
                                   const std::string& address, int rank,
                                   int world_size, const std::string& log_file);
 
 /// `RankArgs` of dcp-agent. The test appends the mode and its flags.
+///
+///   // A rank that must be refused before it registers.
+///   AgentArgs("192.0.2.1:50051", /*rank=*/0, /*world_size=*/0, "");
 std::vector<std::string> AgentArgs(const std::string& address, int rank,
                                    int world_size, const std::string& log_file);
+
+/// dcp-agent processes in serve mode, one a rank, and the Unix sockets they
+/// serve their trainers on.
+struct ServingAgents {
+  /// The directory of the sockets; the caller removes it once the agents
+  /// are gone. Empty when it could not be made.
+  std::string dir;
+  /// Per rank, the socket's path.
+  std::vector<std::string> sockets;
+  std::vector<Child> agents;
+  /// Per rank, the command line it was started with (to start it again).
+  std::vector<std::vector<std::string>> argv;
+};
+
+/// Starts `dcp-agent --mode=serve` for ranks 0..world-1 of the scheduler at
+/// `address` (`AgentArgs`, no --log_file) on Gloo groups, named
+/// "<name>-agent-<rank>", with `extra_flags` last. Socket paths are short
+/// (108 bytes), so the sockets are not under TEST_TMPDIR but in a directory
+/// of this run's own under /tmp (sandboxes share /tmp and pids); no agent
+/// and a test failure when it cannot be made.
+ServingAgents StartServingAgents(const std::string& name,
+                                 const std::string& address, int world,
+                                 const std::vector<std::string>& extra_flags);
 
 }  // namespace testing_process
 }  // namespace dcp

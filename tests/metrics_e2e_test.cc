@@ -55,6 +55,7 @@
 namespace dcp {
 namespace {
 
+using testing_process::AgentArgs;
 using testing_process::Binary;
 using testing_process::Child;
 using testing_process::ChildReaper;
@@ -251,16 +252,14 @@ class MetricsE2eTest : public ::testing::Test {
 
     agent_metrics_.assign(agents_to_start_, 0);
     for (int r = 0; r < agents_to_start_; ++r) {
-      std::vector<std::string> agent = {
-          Binary("worker_agent/dcp-agent"),
-          absl::StrCat("--scheduler=127.0.0.1:", port_),
-          absl::StrCat("--rank=", r),
-          absl::StrCat("--world_size=", kWorld),
-          "--mode=execute",
-          "--model_config=" + model_,
-          "--token_scale=64",
-          "--metrics_listen=127.0.0.1:0",
-          "--metrics_port_file=" + Path(absl::StrCat("agent-", r, ".port"))};
+      std::vector<std::string> agent =
+          AgentArgs(absl::StrCat("127.0.0.1:", port_), r, kWorld,
+                    /*log_file=*/"");
+      agent.insert(
+          agent.end(),
+          {"--mode=execute", "--model_config=" + model_, "--token_scale=64",
+           "--metrics_listen=127.0.0.1:0",
+           "--metrics_port_file=" + Path(absl::StrCat("agent-", r, ".port"))});
       agent.insert(agent.end(), agent_metrics_flags_.begin(),
                    agent_metrics_flags_.end());
       agents_.push_back(Spawn(absl::StrCat("agent-", r), agent));

@@ -23,6 +23,7 @@ namespace dcp {
 namespace {
 
 using ::testing::HasSubstr;
+using testing_process::AgentArgs;
 using testing_process::Binary;
 using testing_process::Child;
 using testing_process::ChildReaper;
@@ -94,8 +95,8 @@ TEST(SecurityE2eTest, PlaintextOffLoopbackNeedsInsecure) {
             1);
   EXPECT_THAT(err, HasSubstr("refusing to connect in plaintext"));
   EXPECT_EQ(Exit("agent-refused",
-                 {Binary("worker_agent/dcp-agent"),
-                  "--scheduler=192.0.2.1:50051", "--rank=0"},
+                 AgentArgs("192.0.2.1:50051", /*rank=*/0, /*world_size=*/0,
+                           /*log_file=*/""),
                  &err),
             1);
   EXPECT_THAT(err, HasSubstr("--insecure"));
@@ -131,7 +132,8 @@ TEST(SecurityE2eTest, JobRunsOverMutualTlsWithTokenAndJobId) {
             absl::StrCat("--job_id=", kJob)}),
       scheduler);
   ASSERT_GT(port, 0);
-  const std::string address = absl::StrCat("--scheduler=127.0.0.1:", port);
+  const std::string scheduler_address = absl::StrCat("127.0.0.1:", port);
+  const std::string address = "--scheduler=" + scheduler_address;
   const std::vector<std::string> tls = {"--tls_ca=" + pki.ca,
                                         "--tls_cert=" + pki.client_cert,
                                         "--tls_key=" + pki.client_key};
@@ -164,26 +166,27 @@ TEST(SecurityE2eTest, JobRunsOverMutualTlsWithTokenAndJobId) {
             1);
   EXPECT_THAT(err, HasSubstr("names no job but this server serves job "
                              "'e2e-job'"));
-  const std::vector<std::string> agent = {
-      Binary("worker_agent/dcp-agent"), address,
-      absl::StrCat("--world_size=", kWorld), "--mode=execute",
-      "--model_config=" + TmpPath("mtls-model.json"), "--token_scale=64",
-      "--rendezvous_timeout=60s"};
-  EXPECT_EQ(Exit("agent-other-job",
-                 With(agent, With(tls, {"--rank=0", "--job_id=other-job",
-                                        "--auth_token_file=" + pki.token})),
-                 &err),
-            1);
+  const std::vector<std::string> execute = {
+      "--mode=execute", "--model_config=" + TmpPath("mtls-model.json"),
+      "--token_scale=64", "--rendezvous_timeout=60s"};
+  EXPECT_EQ(
+      Exit("agent-other-job",
+           With(AgentArgs(scheduler_address, /*rank=*/0, kWorld,
+                          /*log_file=*/""),
+                With(execute, With(tls, {"--job_id=other-job",
+                                         "--auth_token_file=" + pki.token}))),
+           &err),
+      1);
   EXPECT_THAT(err, HasSubstr("PERMISSION_DENIED"));
   EXPECT_THAT(err, HasSubstr("'other-job' but this server serves job "
                              "'e2e-job'"));
 
   for (int r = 0; r < kWorld; ++r) {
-    agents.push_back(Spawn(
-        absl::StrCat("agent-", r),
-        With(agent, With(member, {absl::StrCat("--rank=", r),
-                                  "--log_file=" + TmpPath(absl::StrCat(
-                                                      "agent-", r, ".jsonl"))}))));
+    agents.push_back(
+        Spawn(absl::StrCat("agent-", r),
+              With(AgentArgs(scheduler_address, r, kWorld,
+                             TmpPath(absl::StrCat("agent-", r, ".jsonl"))),
+                   With(execute, member))));
   }
   ASSERT_TRUE(ExpectAllExit(agents, absl::Now() + absl::Seconds(150),
                             "the agents did not finish"));

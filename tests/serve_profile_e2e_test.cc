@@ -33,7 +33,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing_process::Binary;
+using testing_process::AgentArgs;
 using testing_process::Child;
 using testing_process::CtlStatus;
 using testing_process::Describe;
@@ -219,10 +219,11 @@ TEST(ServeProfileE2eTest, AModelConfigThatDoesNotLoadFailsAtStartUp) {
   const std::string missing = TmpPath("no-such-model.json");
   // Nothing listens on the scheduler address: the agent must fail before
   // it tries to register.
-  std::vector<Child> agent = {Spawn(
-      "serve-bad-model-agent",
-      {Binary("worker_agent/dcp-agent"), "--scheduler=127.0.0.1:1", "--rank=0",
-       "--mode=serve", "--model_config=" + missing, "--connect_timeout=60s"})};
+  std::vector<std::string> argv =
+      AgentArgs("127.0.0.1:1", /*rank=*/0, /*world_size=*/0, /*log_file=*/"");
+  argv.insert(argv.end(), {"--mode=serve", "--model_config=" + missing,
+                           "--connect_timeout=60s"});
+  std::vector<Child> agent = {Spawn("serve-bad-model-agent", argv)};
   if (!ExpectAllExit(agent, absl::Now() + absl::Seconds(30),
                      "the agent did not fail at start-up")) {
     return;
@@ -254,9 +255,9 @@ TEST(ServeProfileE2eTest, ACommBackendThatCannotRunFailsAtStartUp) {
                      "no CUDA device"});
   }
   for (size_t i = 0; i < cases.size(); ++i) {
-    std::vector<std::string> argv = {Binary("worker_agent/dcp-agent"),
-                                     "--scheduler=127.0.0.1:1", "--rank=0",
-                                     "--connect_timeout=60s"};
+    std::vector<std::string> argv =
+        AgentArgs("127.0.0.1:1", /*rank=*/0, /*world_size=*/0, /*log_file=*/"");
+    argv.push_back("--connect_timeout=60s");
     argv.insert(argv.end(), cases[i].flags.begin(), cases[i].flags.end());
     std::vector<Child> agent = {
         Spawn(absl::StrCat("bad-backend-agent-", i), argv)};
