@@ -36,8 +36,17 @@ std::string ExceptionText(const std::exception& e) {
 absl::Status RunCollective(
     const std::string& what,
     absl::FunctionRef<c10::intrusive_ptr<c10d::Work>()> start) {
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    start()->wait();
+    work = start();
+  } catch (const std::exception& e) {
+    // Refused before anything was sent (an argument c10d checks, such as a
+    // root outside the group): the caller's mistake, not a lost peer.
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " could not start: ", ExceptionText(e)));
+  }
+  try {
+    work->wait();
   } catch (const std::exception& e) {
     const std::string text = ExceptionText(e);
     const std::string lower = absl::AsciiStrToLower(text);

@@ -4,7 +4,8 @@
 // What trainer.cc (a step: tasks, the gradient all-reduce, the optimizer)
 // and trainer_world.cc (an epoch's world: undo, state agreement) share:
 // error context, the one wrapper every collective runs through, and the two
-// world collectives. Private to //train:trainer.
+// world collectives. Private to //train (its own library, :trainer_internal,
+// so that it can be tested alone).
 
 #include <ATen/ATen.h>
 
@@ -28,10 +29,12 @@ absl::Status Annotate(const absl::Status& status, const std::string& where);
 std::string ExceptionText(const std::exception& e);
 
 /// Runs one collective: `start` issues it over a group, this waits for it.
-/// What c10d throws (a peer gone, a timeout) becomes DEADLINE_EXCEEDED when
-/// it timed out and UNAVAILABLE otherwise, both peer losses to
-/// `IsPeerLoss` (comm/communicator.h), with the message "`what` failed:
-/// <c10d's text>". Every world collective of the step and of the epoch's
+/// What c10d throws while it runs (a peer gone, a timeout) becomes
+/// DEADLINE_EXCEEDED when it timed out and UNAVAILABLE otherwise, both peer
+/// losses to `IsPeerLoss` (comm/communicator.h), with the message "`what`
+/// failed: <c10d's text>"; what `start` throws (c10d refused the arguments,
+/// nothing was sent) is INVALID_ARGUMENT, "`what` could not start: ...",
+/// not a peer loss. Every world collective of the step and of the epoch's
 /// state agreement goes through it.
 absl::Status RunCollective(
     const std::string& what,
