@@ -249,17 +249,25 @@ void AwaitAgentsApart(const RowConfig& config, AgentFleet& fleet,
   run.all_done.WaitForNotification();
 }
 
-// Without t0: per step in [first_measured, max_steps), whether every agent
-// has it, and the rate from when the last one did.
-void ReduceArrivals(const AgentFleet& fleet, int64_t first_measured,
-                    int64_t max_steps, absl::Time start, RowResult* result) {
+// With the scheduler in another process: per step in [first_measured,
+// max_steps), whether every agent has it, the rate from when the last one
+// did, and the latencies from its planned_at_unix_micros (the scheduler's
+// wall clock at the end of planning, this machine's clock too; a
+// microsecond's resolution; a little earlier than the in-process t0, which
+// is read after the per-rank views are cut).
+void ReduceArrivals(const AgentFleet& fleet, const AgentRun& run,
+                    int64_t first_measured, int64_t max_steps,
+                    absl::Time start, RowResult* result) {
   std::vector<std::pair<double, double>> delivered;
+  std::vector<double> step_ms, agent_ms, spread_ms;
   for (int64_t step = first_measured; step < max_steps; ++step) {
+    absl::Time earliest = absl::InfiniteFuture();
     absl::Time latest = absl::InfinitePast();
     bool complete = true;
     for (int rank = 0; rank < fleet.size() && complete; ++rank) {
       const absl::Time t = fleet.received(rank, step);
       complete = t != absl::InfinitePast();
+      earliest = std::min(earliest, t);
       latest = std::max(latest, t);
     }
     if (!complete) {
@@ -269,8 +277,23 @@ void ReduceArrivals(const AgentFleet& fleet, int64_t first_measured,
     ++result->measured_steps;
     delivered.emplace_back(static_cast<double>(step),
                            absl::ToDoubleSeconds(latest - start));
+    const int64_t planned_us = run.planned_at_us[step].load();
+    if (planned_us <= 0) continue;
+    const absl::Time planned = absl::FromUnixMicros(planned_us);
+    for (int rank = 0; rank < fleet.size(); ++rank) {
+      agent_ms.push_back(
+          absl::ToDoubleMilliseconds(fleet.received(rank, step) - planned));
+    }
+    step_ms.push_back(absl::ToDoubleMilliseconds(latest - planned));
+    spread_ms.push_back(absl::ToDoubleMilliseconds(latest - earliest));
   }
   result->steps_per_s = StepsPerSecond(delivered);
+  result->step_p50_ms = Percentile(step_ms, 0.5);
+  result->step_p99_ms = Percentile(step_ms, 0.99);
+  result->step_max_ms = Percentile(step_ms, 1.0);
+  result->agent_p50_ms = Percentile(agent_ms, 0.5);
+  result->agent_p99_ms = Percentile(agent_ms, 0.99);
+  result->spread_p50_ms = Percentile(spread_ms, 0.5);
 }
 
 // A row whose scheduler is a child process (`config.scheduler_binary`).
@@ -347,7 +370,8 @@ absl::StatusOr<RowResult> RunRowApart(const RowConfig& config) {
   if (planned_in_span > 0) {
     result.planning_cpu_ms_per_step = 1e3 * planning_cpu / planned_in_span;
   }
-  ReduceArrivals(fleet, first_measured, max_steps, cpu_start.wall, &result);
+  ReduceArrivals(fleet, run, first_measured, max_steps, cpu_start.wall,
+                 &result);
   return result;
 }
 

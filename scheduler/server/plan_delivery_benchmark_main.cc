@@ -59,10 +59,12 @@
 // thread's CPU while planning) per step it planned in the span (the
 // look-ahead was planned before), and "rpc cpu" its CPU less that growth,
 // per step delivered; the verdict is rpc cpu against
-// --goal_rpc_cpu_ms (25) at --goal_agents. t0 is read on the scheduler's
-// planning thread, out of reach in a child, so these rows have no latency
-// or fan-out columns; steps/s is fitted to when the last agent received
-// each step.
+// --goal_rpc_cpu_ms (25) at --goal_agents. The injected t0 clock is out of
+// reach in a child, so these rows take each step's planned_at_unix_micros
+// (its wall clock as planning ended, the agents' machine's clock too) as
+// t0: "step p50/p99" is the last agent's receipt less it; there is no
+// fan-out column. steps/s is fitted to when the last agent received each
+// step.
 //
 // This file holds the flags and the printing; delivery_row.h runs a row,
 // delivery_processes.h the child scheduler, simulated_agent.h the agents,
@@ -335,20 +337,23 @@ void PrintApartTable(const std::vector<RowResult>& rows, int ranks_per_relay) {
       "span; planning cpu = its dcp_scheduler_planning_cpu_seconds_total "
       "over the steps it planned in that span; rpc cpu = scheduler cpu less "
       "that planning CPU; relay cpu = the relay processes; agents cpu = this "
-      "process, the simulated agents; no t0 outside the scheduler, so no "
-      "latency columns)\n"
+      "process, the simulated agents; step p50/p99 = the last agent's "
+      "receipt less the step's planned_at_unix_micros, the scheduler's wall "
+      "clock as planning ended)\n"
       "agents  relays  ranks/relay  scheduler cpu  planning cpu  rpc cpu  "
-      "relay cpu  agents cpu  steps/s  steps  machine busy\n");
+      "relay cpu  agents cpu  steps/s  step p50  step p99  steps  "
+      "machine busy\n");
   for (const RowResult& r : rows) {
     if (!r.ran || !r.scheduler_apart) continue;
     std::printf(
-        "%6d  %6d  %11d  %13.2f  %12.2f  %7.2f  %9.2f  %10.2f  %7.2f  %5lld  "
-        "%11.0f%%\n",
+        "%6d  %6d  %11d  %13.2f  %12.2f  %7.2f  %9.2f  %10.2f  %7.2f  "
+        "%8.2f  %8.2f  %5lld  %11.0f%%\n",
         r.agents, r.relays, r.relays > 0 ? ranks_per_relay : 0,
         r.scheduler_cpu_ms_per_step, r.planning_cpu_ms_per_step,
         r.rpc_cpu_ms_per_step, r.relay_cpu_ms_per_step,
         r.agents_cpu_ms_per_step + r.server_cpu_ms_per_step, r.steps_per_s,
-        static_cast<long long>(r.measured_steps), 100 * r.machine_busy);
+        r.step_p50_ms, r.step_p99_ms, static_cast<long long>(r.measured_steps),
+        100 * r.machine_busy);
   }
 }
 

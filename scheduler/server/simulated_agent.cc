@@ -112,12 +112,19 @@ void CountMessage(AgentRun& run, size_t bytes) {
   run.bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
 }
 
-/// Records when `step` arrived in `received` (steps past it are not kept).
-void MarkReceived(AgentRun& run, int64_t step, absl::Time now,
+/// Records when `step` arrived in `received` (steps past it are not kept),
+/// and its planning time in the run if none is yet.
+void MarkReceived(AgentRun& run, const v1::RankStep& step, absl::Time now,
                   std::vector<absl::Time>& received) {
   run.steps_received.fetch_add(1, std::memory_order_relaxed);
-  if (step >= 0 && step < static_cast<int64_t>(received.size())) {
-    received[step] = now;
+  const int64_t s = step.step();
+  if (s >= 0 && s < static_cast<int64_t>(received.size())) {
+    received[s] = now;
+  }
+  if (s >= 0 && s < run.max_steps) {
+    int64_t none = 0;
+    run.planned_at_us[s].compare_exchange_strong(
+        none, step.planned_at_unix_micros(), std::memory_order_relaxed);
   }
 }
 
@@ -350,7 +357,7 @@ class StreamAgent : public SimulatedAgent {
                                  " on a stream that did not ask for it"));
         continue;
       }
-      MarkReceived(*run_, step.step(), now, received_[it->second]);
+      MarkReceived(*run_, step, now, received_[it->second]);
       if (run_->step_time <= absl::ZeroDuration()) {
         now_due.push_back(std::move(step));
       } else {

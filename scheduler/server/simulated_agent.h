@@ -47,6 +47,8 @@ struct AgentRun {
         step_time(step_time),
         report_stream(report_stream),
         last_report_ns(std::make_unique<std::atomic<int64_t>[]>(
+            static_cast<size_t>(max_steps))),
+        planned_at_us(std::make_unique<std::atomic<int64_t>[]>(
             static_cast<size_t>(max_steps))) {}
 
   void AgentDone() {
@@ -78,6 +80,10 @@ struct AgentRun {
   /// (the latest over the agents), in ns since the Unix epoch; 0: none yet.
   /// The moment the step became complete from the agents' side.
   std::unique_ptr<std::atomic<int64_t>[]> last_report_ns;
+  /// Per step below `max_steps`: its RankStep's planned_at_unix_micros (the
+  /// scheduler's wall clock when planning ended), as the first agent to get
+  /// it read it; 0: none yet. A t0 when the scheduler is another process.
+  std::unique_ptr<std::atomic<int64_t>[]> planned_at_us;
   absl::Mutex mu;
   std::string first_error ABSL_GUARDED_BY(mu);
 };
