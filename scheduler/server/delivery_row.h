@@ -43,9 +43,10 @@ struct RowConfig {
   /// When set, the scheduler is this dcp-scheduler binary, run as a child
   /// process (delivery_processes.h) with the row's settings as flags,
   /// instead of a SchedulerServer in this process: its CPU is then its own,
-  /// and t0 (the end of planning) is not seen, so the latency and planning
-  /// columns stay empty. `lengths_path` is the trace it is given (the one
-  /// `lengths` was read from).
+  /// and its injected t0 clock is out of reach: the latencies are taken from
+  /// each step's planned_at_unix_micros, and the per-step planning and
+  /// fan-out columns stay empty. `lengths_path` is the trace it is given
+  /// (the one `lengths` was read from).
   std::string scheduler_binary;
   std::string lengths_path;
   ModelSpec model;
