@@ -98,6 +98,19 @@ void AwaitAgents(const RowConfig& config, SchedulerServer& server,
   run.all_done.WaitForNotification();
 }
 
+// The latency columns from each measured step's delivery (its last agent's
+// arrival less t0), each agent's, and the step's first-to-last spread.
+void SetLatencies(const std::vector<double>& step_ms,
+                  const std::vector<double>& agent_ms,
+                  const std::vector<double>& spread_ms, RowResult* result) {
+  result->step_p50_ms = Percentile(step_ms, 0.5);
+  result->step_p99_ms = Percentile(step_ms, 0.99);
+  result->step_max_ms = Percentile(step_ms, 1.0);
+  result->agent_p50_ms = Percentile(agent_ms, 0.5);
+  result->agent_p99_ms = Percentile(agent_ms, 0.99);
+  result->spread_p50_ms = Percentile(spread_ms, 0.5);
+}
+
 // Per step: t0, and the first and last arrival over the agents, of the
 // steps in [first_measured, max_steps); `start` is when the agents started.
 void ReduceSteps(const std::vector<PlannedStep>& planned,
@@ -141,12 +154,7 @@ void ReduceSteps(const std::vector<PlannedStep>& planned,
     delivered.emplace_back(static_cast<double>(p.step),
                            absl::ToDoubleSeconds(latest - start));
   }
-  result->step_p50_ms = Percentile(step_ms, 0.5);
-  result->step_p99_ms = Percentile(step_ms, 0.99);
-  result->step_max_ms = Percentile(step_ms, 1.0);
-  result->agent_p50_ms = Percentile(agent_ms, 0.5);
-  result->agent_p99_ms = Percentile(agent_ms, 0.99);
-  result->spread_p50_ms = Percentile(spread_ms, 0.5);
+  SetLatencies(step_ms, agent_ms, spread_ms, result);
   result->plan_p50_ms = Percentile(plan_ms, 0.5);
   result->plan_p99_ms = Percentile(plan_ms, 0.99);
   result->fanout_p50_ms = Percentile(fanout_ms, 0.5);
@@ -288,12 +296,7 @@ void ReduceArrivals(const AgentFleet& fleet, const AgentRun& run,
     spread_ms.push_back(absl::ToDoubleMilliseconds(latest - earliest));
   }
   result->steps_per_s = StepsPerSecond(delivered);
-  result->step_p50_ms = Percentile(step_ms, 0.5);
-  result->step_p99_ms = Percentile(step_ms, 0.99);
-  result->step_max_ms = Percentile(step_ms, 1.0);
-  result->agent_p50_ms = Percentile(agent_ms, 0.5);
-  result->agent_p99_ms = Percentile(agent_ms, 0.99);
-  result->spread_p50_ms = Percentile(spread_ms, 0.5);
+  SetLatencies(step_ms, agent_ms, spread_ms, result);
 }
 
 // A row whose scheduler is a child process (`config.scheduler_binary`).
