@@ -46,8 +46,9 @@ ABSL_FLAG(absl::Duration, gather_window, absl::Milliseconds(20),
           "one upstream StreamNodePlans call.");
 ABSL_FLAG(absl::Duration, report_linger, absl::Milliseconds(5),
           "The node's reports go upstream as one batch once each agent's "
-          "report stream has one queued, or when the oldest has waited this "
-          "long (a lagging or silent agent holds the others no longer).");
+          "report stream has reported the earliest queued step, or when the "
+          "oldest has waited this long (a lagging or silent agent holds the "
+          "others no longer).");
 
 namespace dcp {
 namespace {

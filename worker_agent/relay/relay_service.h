@@ -20,8 +20,8 @@ struct RelayServiceOptions {
   /// Time of the gathering and the report batches; null: the real clock.
   Clock* clock = nullptr;
   /// How long the node's queued reports wait for a StreamReports call that
-  /// has none queued yet before they go without it (ReportBatcher): when
-  /// every call has one they go at once.
+  /// has not yet reported the earliest queued step before they go without
+  /// it (ReportBatcher); once every call has, they go at once.
   absl::Duration report_linger = absl::Milliseconds(5);
 };
 
@@ -33,11 +33,11 @@ struct RelayServiceOptions {
 ///   status of its part (or of the upstream call, e.g. the scheduler's
 ///   UNAUTHENTICATED), one rank's end ending only it;
 /// - StreamReports calls share one StreamNodeReports call (`ReportBatcher`):
-///   a batch goes once every call has a report queued (or after
-///   `report_linger`), one batch write in flight, each result back to its
-///   call; when the
-///   upstream call breaks, the local calls with reports outstanding end
-///   with its status, and the agents resend over ReportTimings;
+///   a batch goes once every call has reported the earliest queued step
+///   (or after `report_linger`), one batch write in flight, each result
+///   back to its call; when the upstream call breaks, the local calls with
+///   reports outstanding end with its status, and the agents resend over
+///   ReportTimings;
 /// - the unary methods are forwarded as they are, with the caller's
 ///   deadline and cancellation, waiting for the upstream connection up to
 ///   the deadline; the scheduler's status comes back unchanged. The node

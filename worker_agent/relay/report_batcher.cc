@@ -8,6 +8,10 @@
 
 namespace dcp {
 
+ReportBatcher::StepKey ReportBatcher::KeyOf(const v1::TimingReport& report) {
+  return {report.epoch(), report.step()};
+}
+
 void ReportBatcher::Open(int64_t origin) {
   open_.try_emplace(origin, std::nullopt);
   Refresh();
@@ -22,7 +26,7 @@ void ReportBatcher::Add(int64_t origin, v1::TimingReport report,
                         absl::Time now) {
   auto call = open_.find(origin);
   if (call != open_.end()) {
-    const StepKey key{report.epoch(), report.step()};
+    const StepKey key = KeyOf(report);
     if (!call->second.has_value() || *call->second < key) call->second = key;
   }
   queued_.push_back(Queued{origin, std::move(report), now});
@@ -36,11 +40,9 @@ void ReportBatcher::Refresh() {
     due_ = absl::InfinitePast();
     return;
   }
-  StepKey earliest{queued_.front().report.epoch(),
-                   queued_.front().report.step()};
+  StepKey earliest = KeyOf(queued_.front().report);
   for (const Queued& queued : queued_) {
-    earliest =
-        std::min(earliest, StepKey{queued.report.epoch(), queued.report.step()});
+    earliest = std::min(earliest, KeyOf(queued.report));
   }
   const bool all_reported =
       std::all_of(open_.begin(), open_.end(), [&](const auto& call) {

@@ -25,8 +25,8 @@ inline constexpr int kMaxReportsPerBatch = 4096;
 /// counts), else once its oldest report has waited `linger` (a rank that
 /// lags or reports no more holds the others that long at most). At most
 /// one batch write is in flight (the caller's rule), so what queues
-/// meanwhile goes together too. The results of a batch come back in its order; each goes
-/// to the local call (`origin`) its report came from.
+/// meanwhile goes together too. The results of a batch come back in its
+/// order; each goes to the local call (`origin`) its report came from.
 ///
 /// Pure: no gRPC, no threads, time passed in. Not thread-safe (the relay
 /// holds one lock around it).
@@ -79,8 +79,9 @@ class ReportBatcher {
     absl::Time arrived;
   };
 
-  /// (epoch, step) of a report.
+  /// (epoch, step) of a report: the order of steps.
   using StepKey = std::pair<int64_t, int64_t>;
+  static StepKey KeyOf(const v1::TimingReport& report);
 
   /// Recomputes `due_` after a change.
   void Refresh();
