@@ -505,14 +505,15 @@ StepWindow::StepRecord StepWindow::MakeRecord(
   return record;
 }
 
-bool StepWindow::AddPlannedStep(v1::StepPlan plan, int64_t step,
+bool StepWindow::AddPlannedStep(const v1::StepPlan& plan, int64_t step,
                                 int64_t epoch) {
   StepToPlan planned{step, epoch};
   for (int r = 0; r < options_.world_size; ++r) planned.members.push_back(r);
-  return AddPlannedStep(std::move(plan), planned);
+  return AddPlannedStep(plan, planned);
 }
 
-bool StepWindow::AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned) {
+bool StepWindow::AddPlannedStep(const v1::StepPlan& plan,
+                                const StepToPlan& planned) {
   return AddPlannedStep(StepArena::Of(plan), planned);
 }
 

@@ -191,7 +191,7 @@ struct StepToPlan {
 ///   ASSIGN_OR_RETURN(v1::RegisterResponse hello, window.Register(request));
 ///   ASSIGN_OR_RETURN(int64_t id, window.OpenStream(rank, session, 0, wake));
 ///   if (std::optional<StepToPlan> next = window.NextStepToPlan()) ...
-///   window.AddPlannedStep(std::move(plan), next->step, next->epoch);
+///   window.AddPlannedStep(plan, next->step, next->epoch);
 class StepWindow {
  public:
   explicit StepWindow(StepWindowOptions options);
@@ -299,17 +299,18 @@ class StepWindow {
   /// planning error or a shutdown allow one; nullopt otherwise.
   std::optional<StepToPlan> NextStepToPlan() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  /// Keeps `plan` as step `step` of `epoch`. Returns false, discarding it,
-  /// when planning stopped meanwhile (drain, shutdown) or the step is no
-  /// longer the next: the step number `Drain` returned stays the last one.
+  /// Keeps a copy of `plan` as step `step` of `epoch`. Returns false,
+  /// discarding it, when planning stopped meanwhile (drain, shutdown) or the
+  /// step is no longer the next: the step number `Drain` returned stays the
+  /// last one.
   /// The caller wakes the streams (`WakeAll`) once its own locks are
   /// released.
-  bool AddPlannedStep(v1::StepPlan plan, int64_t step, int64_t epoch)
+  bool AddPlannedStep(const v1::StepPlan& plan, int64_t step, int64_t epoch)
       ABSL_LOCKS_EXCLUDED(mu_);
   /// As above for the step `NextStepToPlan` answered: its world becomes
   /// current (a new epoch when it is another), and a re-served step
   /// leaves the queue of abandoned ones.
-  bool AddPlannedStep(v1::StepPlan plan, const StepToPlan& planned)
+  bool AddPlannedStep(const v1::StepPlan& plan, const StepToPlan& planned)
       ABSL_LOCKS_EXCLUDED(mu_);
   /// As above for a plan made on its own arena (the planner's way: the
   /// step's per-rank views go on the same arena, and the step's messages
