@@ -576,8 +576,9 @@ absl::StatusOr<v1::ReportAck> ControlPlane::ReportTimings(
   if (journal_.durable()) {
     // Durable before it counts. A retry racing this call may be written
     // too; the state keeps one report a rank.
-    RETURN_IF_ERROR(window_.CheckTimings(report));
-    RETURN_IF_ERROR(journal_.WriteReport(report));
+    ASSIGN_OR_RETURN(const bool recorded, window_.CheckTimings(report));
+    // A report taken and dropped changes no state.
+    if (recorded) RETURN_IF_ERROR(journal_.WriteReport(report));
   }
   ASSIGN_OR_RETURN(RecordedTimings recorded, window_.RecordTimings(report));
   const int64_t planned_steps = recorded.planned_steps;

@@ -277,12 +277,26 @@ absl::StatusOr<AcceptedTimings> StepWindow::ValidateLocked(
   return ValidateTimingReport(report, known, limits_);
 }
 
-absl::Status StepWindow::CheckTimings(const v1::TimingReport& report) const {
+bool StepWindow::DiscardsLocked(const v1::TimingReport& report) const {
+  if (AbandonedLocked(report.step())) return true;
+  // A report from an epoch before the step's (or, for a step no longer
+  // kept, before the current one) is stale: a rank that was left out (held,
+  // or its answer lost) sends it when it comes back. It has nothing to add
+  // and is answered, not refused, so the sender goes on to the next epoch.
+  const StepRecord* record = KeptLocked(report.step());
+  if (record != nullptr) return report.epoch() < record->plan->epoch();
+  return report.step() < completed_steps_ && report.epoch() < epoch_;
+}
+
+absl::StatusOr<bool> StepWindow::CheckTimings(
+    const v1::TimingReport& report) const {
   RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
   absl::MutexLock lock(&mu_);
-  if (AbandonedLocked(report.step())) return absl::OkStatus();
-  return ValidateLocked(report, KeptLocked(report.step()), /*replay=*/false)
-      .status();
+  if (DiscardsLocked(report)) return false;
+  RETURN_IF_ERROR(
+      ValidateLocked(report, KeptLocked(report.step()), /*replay=*/false)
+          .status());
+  return true;
 }
 
 absl::StatusOr<RecordedTimings> StepWindow::RecordTimings(
@@ -300,7 +314,7 @@ absl::StatusOr<RecordedTimings> StepWindow::Record(
   RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
   const int rank = report.rank();
   absl::MutexLock lock(&mu_);
-  if (AbandonedLocked(report.step())) {
+  if (DiscardsLocked(report)) {
     liveness_.OnSeen(rank, clock_->Now());
     RecordedTimings discarded;
     discarded.discarded = true;

@@ -97,8 +97,8 @@ struct RecordedTimings {
   /// Steps completed and planned after the report.
   int64_t completed_steps = 0;
   int64_t planned_steps = 0;
-  /// The step was abandoned by a shrink: the report was taken and dropped
-  /// (nothing else is set).
+  /// The step was abandoned by a shrink, or the report was stale (from an
+  /// earlier epoch): it was taken and dropped (nothing else is set).
   bool discarded = false;
 };
 
@@ -263,8 +263,9 @@ class StepWindow {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   /// What `RecordTimings` would answer, without recording anything (the
-  /// control plane makes a report durable between the two).
-  absl::Status CheckTimings(const v1::TimingReport& report) const
+  /// control plane makes a report durable between the two): its error, or
+  /// whether it would be recorded (false: taken and dropped, `discarded`).
+  absl::StatusOr<bool> CheckTimings(const v1::TimingReport& report) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Resumes from a durable state, before any registration: its epoch and
@@ -415,6 +416,11 @@ class StepWindow {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Whether `step` is one a shrink abandoned.
   bool AbandonedLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Whether `report` is taken and dropped: its step was abandoned, or it
+  /// is stale (from an epoch before its step's, or a completed step's
+  /// report from an epoch before the current one).
+  bool DiscardsLocked(const v1::TimingReport& report) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Every step of the job is planned (`max_steps`, nothing to re-serve).
   bool PlannedAll() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Whether streams end after the last planned step.

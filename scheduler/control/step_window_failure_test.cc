@@ -351,7 +351,24 @@ TEST_F(StepWindowFailureTest, ShrinkAbandonsAndReservesTheOpenSteps) {
       window->RecordTimings(ReportOf(plans[2], 0));
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_TRUE(late->discarded);
-  EXPECT_TRUE(window->CheckTimings(ReportOf(plans[2], 3)).ok());
+  absl::StatusOr<bool> check = window->CheckTimings(ReportOf(plans[2], 3));
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_FALSE(*check);
+  // So is a stale one: step 0 (completed in epoch 0) reported again by the
+  // failed rank, whose first answer was lost while it hung.
+  const v1::TimingReport stale = ReportOf(plans[0], 1);
+  check = window->CheckTimings(stale);
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_FALSE(*check);
+  late = window->RecordTimings(stale);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(late->discarded);
+  // A report from an epoch not yet begun is refused, naming it.
+  v1::TimingReport ahead = ReportOf(plans[0], 1);
+  ahead.set_epoch(2);
+  const absl::Status refused = window->RecordTimings(ahead).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("epoch 2 is not the current epoch 1"));
 
   // Steps 4..6 re-serve steps 1..3's samples for the three ranks.
   std::vector<v1::StepPlan> again = PlanAll(*window);
