@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -51,6 +52,20 @@ bool WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   return out.good();
+}
+
+void KeepOutputs(const std::string& prefix) {
+  const std::string kept = EnvOrEmpty("TEST_UNDECLARED_OUTPUTS_DIR");
+  if (kept.empty() || prefix.empty()) return;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(TmpPath(""), error)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(error) || name.rfind(prefix, 0) != 0) continue;
+    std::filesystem::copy_file(
+        entry.path(), std::filesystem::path(kept) / name,
+        std::filesystem::copy_options::overwrite_existing, error);
+  }
 }
 
 Child Spawn(const std::string& name, const std::vector<std::string>& argv) {

@@ -26,6 +26,12 @@ std::string ReadFile(const std::string& path);
 /// Writes `text` to `path`; false on failure.
 bool WriteFile(const std::string& path, const std::string& text);
 
+/// Copies the files of the test's temporary directory whose names start
+/// with `prefix` (its children's output and logs) into Bazel's undeclared
+/// outputs (test.outputs/outputs.zip), so that a run that failed on a CI
+/// machine can be read after it. A no-op outside `bazel test`.
+void KeepOutputs(const std::string& prefix);
+
 /// A child process with stdout and stderr in files.
 struct Child {
   std::string name;

@@ -48,6 +48,7 @@ void ElasticJobTest::TearDown() {
     StopScheduler(address_, last);
     scheduler_.back() = last.front();
   }
+  if (HasFailure()) KeepOutputs(prefix_);
 }
 
 std::vector<std::string> ElasticJobTest::SchedulerFlags(
