@@ -26,6 +26,15 @@ struct TaskPlan {
   double recompute = 0.0;
 };
 
+/// Which of the planner's candidates a plan is: the data-centric search's
+/// or a uniform one (every sequence on groups of one size, as a static
+/// layout runs).
+enum class PlanOrigin {
+  kUnknown,  ///< not from the planner (a plan file, a baseline, the wire)
+  kSearch,
+  kUniform,
+};
+
 /// The plan of one global batch: its samples and its tasks in execution
 /// order. A rank's micro-steps are the tasks that name it, in order.
 struct StepPlan {
@@ -34,6 +43,9 @@ struct StepPlan {
   std::vector<TaskPlan> tasks;
   /// The planner's own prediction of the step time (0 when unknown).
   double predicted_makespan_s = 0.0;
+  /// The candidate the planner kept; not carried on the wire or in plan
+  /// files.
+  PlanOrigin origin = PlanOrigin::kUnknown;
 };
 
 /// Read-only view of the length table with the context window applied.

@@ -75,6 +75,7 @@ absl::Status StepPlanner::ReadItems(int64_t step,
                                     const LengthView& lengths,
                                     double* total_tokens) {
   samples_ = samples;
+  lengths_ = lengths;
   read_lengths_.resize(samples.size());
   *total_tokens = 0;
   constexpr size_t kPrefetchAhead = 128;
@@ -101,6 +102,11 @@ absl::Status StepPlanner::ReadItems(int64_t step,
 }
 
 absl::Status StepPlanner::SizeItems(int64_t step) {
+  RETURN_IF_ERROR(MeasureItems());
+  return SizeForPass(step);
+}
+
+absl::Status StepPlanner::MeasureItems() {
   SortByLength();
   prefix_tokens_.resize(items_.size() + 1);
   prefix_tokens_[0] = 0;
@@ -115,6 +121,16 @@ absl::Status StepPlanner::SizeItems(int64_t step) {
     return absl::FailedPreconditionError(
         "the model's static memory (weights and optimizer state) alone "
         "exceeds the memory cap; use more ranks");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepPlanner::SizeForPass(int64_t step) {
+  if (fixed_k_ >= 0 && max_tokens_[fixed_k_] < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, ": at recompute ", Recompute(fixed_k_),
+        " the activations of one token exceed the memory the model's states "
+        "leave"));
   }
   ChooseShortPackConfig();
   absl::Status s = ComputeGroupConfigs();
@@ -170,7 +186,23 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
   Enter(PlanPhase::kSizing);
   double total_tokens = 0;
   RETURN_IF_ERROR(ReadItems(step, samples, lengths, &total_tokens));
+  if (options_.candidates != PlanCandidates::kSearchAndUniform ||
+      options_.recompute_choice != RecomputeChoice::kPerTask ||
+      options_.even_micro_steps || options_.one_group_size) {
+    RETURN_IF_ERROR(MeasureItems());
+    return PlanAblation(step, total_tokens);
+  }
   RETURN_IF_ERROR(SizeItems(step));
+  Draft best = Search();
+  Enter(PlanPhase::kUniform);
+  KeepUniformIfFaster(total_tokens, &best);
+  Enter(PlanPhase::kEmit);
+  StepPlan plan = Emit(step, best, total_tokens);
+  plan.origin = best.uniform ? PlanOrigin::kUniform : PlanOrigin::kSearch;
+  return plan;
+}
+
+Draft StepPlanner::Search() const {
   // Every (threshold, fill) variant is built and estimated; the most
   // promising ones are finished exactly and the best of those is kept.
   std::vector<Draft> drafts;
@@ -181,10 +213,7 @@ absl::StatusOr<StepPlan> StepPlanner::Plan(int64_t step,
     }
   }
   const int best = FinishMostPromising(&drafts);
-  Enter(PlanPhase::kUniform);
-  KeepUniformIfFaster(total_tokens, &drafts[best]);
-  Enter(PlanPhase::kEmit);
-  return Emit(step, drafts[best], total_tokens);
+  return std::move(drafts[best]);
 }
 
 }  // namespace planner_internal
@@ -199,6 +228,9 @@ absl::StatusOr<Planner> Planner::Create(CostModel model,
                                         PlannerOptions options) {
   if (options.world_size <= 0) {
     return absl::InvalidArgumentError("world_size must be positive");
+  }
+  if (!(options.fixed_recompute >= 0 && options.fixed_recompute <= 1)) {
+    return absl::InvalidArgumentError("fixed_recompute must be in [0, 1]");
   }
   if (options.split_thresholds.empty()) {
     return absl::InvalidArgumentError("split_thresholds must not be empty");

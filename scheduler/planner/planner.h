@@ -11,7 +11,34 @@
 
 namespace dcp {
 
-/// Knobs of the data-centric planner. Defaults are what the benchmarks use.
+/// Which candidates a step's plan is chosen from. The default is what the
+/// planner runs with; the others switch a part off, to measure what it adds.
+enum class PlanCandidates {
+  /// The data-centric search's plan, replaced by a uniform one (every
+  /// sequence on groups of one size) where the cost model ranks that faster.
+  kSearchAndUniform,
+  /// The search's plan only, even where a uniform one is faster.
+  kSearchOnly,
+  /// The fastest uniform plan only.
+  kUniformOnly,
+};
+
+/// How the tasks of a step get their recompute ratios (on the 1/layers
+/// grid).
+enum class RecomputeChoice {
+  /// Each task the ratio its memory and cost call for (the default).
+  kPerTask,
+  /// One ratio for every task of a step: of the least at which every
+  /// sequence fits some group and the grid values 1, 2, 4 and 8 steps above
+  /// it and 1, the one whose plan the cost model ranks fastest.
+  kPerStep,
+  /// `PlannerOptions::fixed_recompute` for every task.
+  kFixed,
+};
+
+/// Knobs of the data-centric planner. Defaults are what the benchmarks use;
+/// `candidates`, `recompute_choice`, `even_micro_steps` and `one_group_size`
+/// exist for ablations and change no plan at their defaults.
 struct PlannerOptions {
   /// Number of ranks (GPUs) in the job. Required.
   int world_size = 0;
@@ -33,6 +60,21 @@ struct PlannerOptions {
   int candidate_ranks = 3;
   /// Improving moves tried against the predicted makespan after dealing.
   int refine_moves = 256;
+  /// The candidates a plan is chosen from.
+  PlanCandidates candidates = PlanCandidates::kSearchAndUniform;
+  RecomputeChoice recompute_choice = RecomputeChoice::kPerTask;
+  /// The ratio of every task under `RecomputeChoice::kFixed`, in [0, 1],
+  /// rounded up to the 1/layers grid. Full recompute by default.
+  double fixed_recompute = 1.0;
+  /// Every rank runs the same number of micro-steps (tasks), as with a fixed
+  /// gradient accumulation: ranks with fewer get more by splitting packs of
+  /// short sequences (their own first, else the largest pack of another
+  /// rank, half of whose sequences move). A step whose packs all hold one
+  /// sequence may stay uneven.
+  bool even_micro_steps = false;
+  /// The sequences split over GPUs all use one group size a step (the best
+  /// of the sizes, planned one by one); the others stay on one GPU.
+  bool one_group_size = false;
 };
 
 /// The parts of planning one step, in the order `Planner::PlanStep` first

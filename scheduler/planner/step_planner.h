@@ -5,7 +5,9 @@
 // (planner.cc: the entry point and the emitted plan; step_sizing.cc: group
 // sizes and recompute of each sequence; step_packing.cc: groups chosen and
 // placed, short sequences filled in and the step time estimated;
-// step_dealing.cc: short sequences dealt to ranks and the result refined).
+// step_dealing.cc: short sequences dealt to ranks and the result refined;
+// step_uniform.cc: the one-size candidates; step_ablation.cc: the passes and
+// the even micro-steps of the ablation options).
 // Private to the planner library.
 
 #include <algorithm>
@@ -82,6 +84,7 @@ struct Draft {
   // each, in item order. Drafts with equal groups and equal riders are the
   // same plan.
   std::vector<int> groups;
+  bool uniform = false;  // a uniform candidate (BuildUniform)
   bool fill = false;    // built with filling
   bool filled = false;  // some short sequence rides in a group
   // An earlier draft this one equals (-1: none): it is neither placed nor
@@ -147,6 +150,7 @@ class StepPlanner {
               const std::vector<int>& sizes, PlanPhaseObserver* observer)
       : model_(model),
         options_(options),
+        all_sizes_(sizes),
         sizes_(sizes),
         observer_(observer),
         world_(options.world_size),
@@ -193,6 +197,38 @@ class StepPlanner {
   // Sorts the items and sizes them: capacities, the short pack config and
   // the group configs of the candidates.
   absl::Status SizeItems(int64_t step);
+  // SizeItems' parts: the items sorted with their capacities, then (once per
+  // pass: `fixed_k_` and `sizes_` set) the short pack config and the group
+  // configs.
+  absl::Status MeasureItems();
+  absl::Status SizeForPass(int64_t step);
+
+  // The fastest candidate so far: a draft, compared by its makespan, or,
+  // with even micro-steps, the plan it becomes, compared by its prediction.
+  struct Best {
+    std::optional<Draft> draft;
+    std::optional<StepPlan> plan;
+    PlanOrigin origin = PlanOrigin::kUnknown;
+    double short_recompute = 0;  // of the draft's packs: its pass's
+    double makespan = std::numeric_limits<double>::infinity();  // no sync
+  };
+  // Keeps `d` in `best` when it is faster (ties: the one already kept).
+  void Consider(int64_t step, double total_tokens, Draft d, PlanOrigin origin,
+                Best* best) const;
+  // The search's best draft for the current pass (the drafts of every
+  // split threshold, the most promising finished).
+  Draft Search() const;
+  // Plan with an ablation option on: passes over recompute ratios and group
+  // sizes, each candidate considered.
+  absl::StatusOr<StepPlan> PlanAblation(int64_t step, double total_tokens);
+  // The recompute steps the passes run with (-1: per task).
+  absl::StatusOr<std::vector<int>> RecomputePasses(int64_t step) const;
+  // Splits packs of short sequences until every rank runs as many tasks as
+  // the busiest one (see PlannerOptions::even_micro_steps), then predicts.
+  void EvenMicroSteps(StepPlan* plan) const;
+  // The cost model's step time of `plan` (tasks in order, each starting when
+  // its ranks are free), sync included.
+  double Predict(const StepPlan& plan) const;
   // Finishes the drafts most likely to win (see PlannerOptions) and returns
   // the index of the fastest.
   int FinishMostPromising(std::vector<Draft>* drafts) const;
@@ -239,6 +275,8 @@ class StepPlanner {
   // never worse than one group size for every sequence, as this cost
   // model sees them.
   void KeepUniformIfFaster(double total_tokens, Draft* best) const;
+  // The same over `Best` (which may hold nothing yet).
+  void ConsiderUniform(int64_t step, double total_tokens, Best* best) const;
   // A step time no uniform draft of p can beat (either placement of its
   // groups, inside a node or across).
   double UniformBound(int p, double total_tokens, double total_units) const;
@@ -246,17 +284,20 @@ class StepPlanner {
 
   const CostModel& model_;
   const PlannerOptions& options_;
-  const std::vector<int>& sizes_;
-  PlanPhaseObserver* const observer_;  // may be null
+  const std::vector<int>& all_sizes_;  // every size the planner may use
+  absl::Span<const int> sizes_;         // those of the current pass
+  PlanPhaseObserver* const observer_;   // may be null
   const int world_;
   const int layers_;
   const int node_;
 
   absl::Span<const int64_t> samples_;   // the step's samples, as given
+  LengthView lengths_;                  // their length table
   std::vector<uint32_t> read_lengths_;  // their lengths, in that order
   std::vector<Item> items_;             // the step's sequences, longest first
   std::vector<double> prefix_tokens_;   // tokens of items_[0, i)
   std::vector<double> max_tokens_;      // per recompute step k
+  int fixed_k_ = -1;  // the recompute step of every task, or -1: per task
   int short_k_ = 0;
   double short_recompute_ = 0;
   double short_cap_ = 0;

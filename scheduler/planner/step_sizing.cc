@@ -58,8 +58,10 @@ void StepPlanner::SortByLength() {
 void StepPlanner::ChooseShortPackConfig() {
   // The recompute ratio of packs of short sequences: the one with the least
   // time per token for a full pack (less recompute, or more room per pack).
+  // With one ratio for every task, that is the packs' too.
   double best = std::numeric_limits<double>::infinity();
-  for (int k = 0; k <= layers_; ++k) {
+  for (int k = fixed_k_ < 0 ? 0 : fixed_k_;
+       k <= (fixed_k_ < 0 ? layers_ : fixed_k_); ++k) {
     const double cap = max_tokens_[k];
     if (cap < 1) continue;
     const double per_token =
@@ -110,14 +112,18 @@ absl::Status StepPlanner::AddGroupConfigs(int i) {
   range.begin = static_cast<int>(config_pool_.size());
   for (int p : sizes_) {
     const int k = MinRecompute(it.length / p);
-    if (k >= 0) config_pool_.push_back(MakeConfig(it, p, k));
+    if (k < 0 || (fixed_k_ >= 0 && k > fixed_k_)) continue;
+    config_pool_.push_back(MakeConfig(it, p, fixed_k_ >= 0 ? fixed_k_ : k));
   }
   range.end = static_cast<int>(config_pool_.size());
   if (range.begin == range.end) {
     return absl::FailedPreconditionError(
         absl::StrCat("sample ", it.id, " of ", static_cast<int64_t>(it.length),
                      " tokens does not fit in memory on any group (sizes ",
-                     absl::StrJoin(sizes_, ","), ") even with full recompute"));
+                     absl::StrJoin(sizes_, ","), ") ",
+                     fixed_k_ >= 0
+                         ? absl::StrCat("at recompute ", Recompute(fixed_k_))
+                         : std::string("even with full recompute")));
   }
   configs_.push_back(range);
   return absl::OkStatus();

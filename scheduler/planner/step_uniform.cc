@@ -20,7 +20,9 @@ std::optional<Draft> StepPlanner::BuildUniform(int p) const {
   // Packs of at most the recompute-free capacity, best fit over the
   // sequences longest first (`room`: the packs' free tokens); a sequence
   // over the capacity runs alone with the least recompute that holds it.
-  const double cap = max_tokens_[0] * p;
+  // With one ratio for every task, packs hold what fits at that ratio.
+  const int k0 = fixed_k_ < 0 ? 0 : fixed_k_;
+  const double cap = max_tokens_[k0] * p;
   std::vector<LongTask> packs;
   // A B-tree keeps equal keys in insertion order like std::multimap, with
   // far fewer allocations.
@@ -40,14 +42,17 @@ std::optional<Draft> StepPlanner::BuildUniform(int p) const {
       continue;
     }
     const int k = MinRecompute(it.length / p);
-    if (k < 0) return std::nullopt;  // Does not fit groups of p at all.
+    // Does not fit groups of p at all (or not at the fixed ratio).
+    if (k < 0 || (fixed_k_ >= 0 && k > k0)) return std::nullopt;
     LongTask t;
     t.item = i;
     t.config.p = p;
-    t.config.k = k;
+    t.config.k = std::max(k, k0);
     t.tokens = it.length;
     t.units = it.units;
-    if (k == 0) room.emplace(cap - it.length, static_cast<int>(packs.size()));
+    if (k <= k0) {
+      room.emplace(cap - it.length, static_cast<int>(packs.size()));
+    }
     packs.push_back(std::move(t));
   }
   // The packs, longest first, each to the group that finishes first.
@@ -62,6 +67,7 @@ std::optional<Draft> StepPlanner::BuildUniform(int p) const {
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return seconds[a] > seconds[b]; });
   Draft d;
+  d.uniform = true;
   d.rank_packs.assign(world_, {});
   for (int j : order) {
     const int g = first_free.Top();  // ties: the lowest group
