@@ -100,7 +100,8 @@ struct Job {
 
 Job Reference(int world) {
   const ModelSpec model = *BuiltinModel("llama3-8b");
-  return {model, world, CostModel::FromSpecs(ClusterSpec::H200(), model, world)};
+  return {model, world,
+          CostModel::FromSpecs(ClusterSpec::H200(), model, world)};
 }
 
 // Costs where one pack over every GPU is fastest (free all-to-all, a large
@@ -111,7 +112,8 @@ Job UniformFriendly() {
   c.a2a_byte_intra = c.a2a_byte_inter = 0;
   c.a2a_fixed_intra = c.a2a_fixed_inter = 0;
   c.fixed = 1.0;
-  s.costs = CostModel(c, s.model, s.costs.memory_cap(), s.costs.gpus_per_node());
+  s.costs =
+      CostModel(c, s.model, s.costs.memory_cap(), s.costs.gpus_per_node());
   return s;
 }
 
@@ -197,7 +199,8 @@ TEST(PlannerAblationTest, EvenMicroStepsGiveEveryRankTheSameCount) {
     const std::vector<int32_t> lengths =
         testing_data::ThreeTierTrace(300 * world / 8, 5, 30000, 30000);
     std::set<int> uneven;
-    for (const auto& [rank, n] : MicroSteps(PlanOrDie(s.costs, {}, world, lengths))) {
+    for (const auto& [rank, n] :
+         MicroSteps(PlanOrDie(s.costs, {}, world, lengths))) {
       uneven.insert(n);
     }
     ASSERT_GT(uneven.size(), 1u);  // the default plan is uneven

@@ -60,7 +60,8 @@ absl::StatusOr<StepPlan> StepPlanner::PlanAblation(int64_t step,
   std::vector<std::vector<int>> size_sets;
   if (options_.one_group_size) {
     for (int p : all_sizes_) {
-      size_sets.push_back(p == 1 ? std::vector<int>{1} : std::vector<int>{1, p});
+      size_sets.push_back(p == 1 ? std::vector<int>{1}
+                                 : std::vector<int>{1, p});
     }
   } else {
     size_sets.push_back(all_sizes_);
@@ -97,9 +98,8 @@ absl::StatusOr<StepPlan> StepPlanner::PlanAblation(int64_t step,
   }
   Enter(PlanPhase::kEmit);
   short_recompute_ = best.short_recompute;  // Emit's one input of the pass
-  StepPlan plan = best.plan.has_value()
-                      ? *std::move(best.plan)
-                      : Emit(step, *best.draft, total_tokens);
+  StepPlan plan = best.plan.has_value() ? *std::move(best.plan)
+                                        : Emit(step, *best.draft, total_tokens);
   plan.origin = best.origin;
   return plan;
 }
@@ -230,8 +230,8 @@ double StepPlanner::Predict(const StepPlan& plan) const {
     const bool intra = t.ranks.front() / node_ == t.ranks.back() / node_;
     double start = 0;
     for (int r : t.ranks) start = std::max(start, free[r]);
-    const double end =
-        start + model_.TaskSecondsFromSums(p, intra, tokens, units, t.recompute);
+    const double end = start + model_.TaskSecondsFromSums(p, intra, tokens,
+                                                          units, t.recompute);
     for (int r : t.ranks) free[r] = end;
   }
   return *std::max_element(free.begin(), free.end()) + model_.SyncSeconds();

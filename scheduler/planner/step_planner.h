@@ -85,8 +85,8 @@ struct Draft {
   // same plan.
   std::vector<int> groups;
   bool uniform = false;  // a uniform candidate (BuildUniform)
-  bool fill = false;    // built with filling
-  bool filled = false;  // some short sequence rides in a group
+  bool fill = false;     // built with filling
+  bool filled = false;   // some short sequence rides in a group
   // An earlier draft this one equals (-1: none): it is neither placed nor
   // finished, since it would plan exactly as that one does.
   int same_as = -1;
@@ -285,8 +285,8 @@ class StepPlanner {
   const CostModel& model_;
   const PlannerOptions& options_;
   const std::vector<int>& all_sizes_;  // every size the planner may use
-  absl::Span<const int> sizes_;         // those of the current pass
-  PlanPhaseObserver* const observer_;   // may be null
+  absl::Span<const int> sizes_;        // those of the current pass
+  PlanPhaseObserver* const observer_;  // may be null
   const int world_;
   const int layers_;
   const int node_;
