@@ -1,7 +1,9 @@
 // dcp-bench: every planner on the reference scenarios, as a table.
 //
-//   dcp-bench --scenarios=all          # A, B, C, D of the issue tracker
+//   dcp-bench --scenarios=all          # A, B, C, D of the issue tracker, E
 //   dcp-bench --scenarios=A,D --json   # machine-readable
+//   dcp-bench --scenarios=A --ablations  # + the planner with parts off
+//   dcp-bench --scenarios=E            # the seed paper's benchmark
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,17 +17,27 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/cli/job_config.h"
+#include "scheduler/eval/ablations.h"
+#include "scheduler/eval/baselines.h"
 #include "scheduler/eval/evaluation.h"
 #include "scheduler/eval/learned_model.h"
 #include "scheduler/eval/simulator.h"
 
 ABSL_FLAG(std::string, scenarios, "all",
-          "Comma-separated scenario names (A, B, C, D) or 'all'.");
+          "Comma-separated scenario names (A, B, C, D, E) or 'all'.");
 ABSL_FLAG(std::string, data_dir, "data/lengths",
           "Folder of the bundled traces.");
+ABSL_FLAG(std::string, models_dir, "data/models",
+          "Folder of the model configs of scenarios whose model is not "
+          "built in.");
+ABSL_FLAG(bool, ablations, false,
+          "Also report, for scenarios A-D, the dcp planner with one part "
+          "off: no uniform candidate, only uniform ones, one recompute "
+          "ratio a step, even micro-steps, one group size a step.");
 ABSL_FLAG(int, steps, 20, "Steps per scenario.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
 ABSL_FLAG(bool, json, false, "Print JSON instead of a table.");
@@ -66,6 +78,31 @@ constexpr Scenario kScenarios[] = {
     {"D", "llama3-70b", 64, "wikipedia.txt", 524288, 4194304},
 };
 
+// Scenario E: the seed paper's (VideoSys DCP) benchmark, its three mixes on
+// 8 and 32 GPUs, for an STDiT-v3-sized DiT (data/lengths/README.md).
+struct PaperScenario {
+  const char* mix;
+  const char* trace;
+  int world_size;
+  int64_t tokens_per_step;
+};
+constexpr char kPaperModel[] = "stdit3-like-1.1b";
+constexpr int64_t kPaperWindow = 524288;  // the longest sample has 432,000
+constexpr PaperScenario kPaperScenarios[] = {
+    {"short", "videosys_dcp_short.txt", 8, 2097152},
+    {"balanced", "videosys_dcp_balanced.txt", 8, 2097152},
+    {"long", "videosys_dcp_long.txt", 8, 2097152},
+    {"short", "videosys_dcp_short.txt", 32, 8388608},
+    {"balanced", "videosys_dcp_balanced.txt", 32, 8388608},
+    {"long", "videosys_dcp_long.txt", 32, 8388608},
+};
+// The paper's baseline: sequence parallelism of 4 for everything, every
+// layer recomputed.
+constexpr StaticConfig kPaperBaseline = {4, 1.0};
+// The seed paper's speedups over that baseline, measured on real GPUs, as
+// issue 25 quotes them, in the order of the rows they stand beside.
+constexpr double kPaperSpeedups[3] = {2.48, 1.78, 1.28};
+
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
 // The dcp plans' gap to the memory-aware bound, as fractions of it.
@@ -82,10 +119,45 @@ void PrintGap(const BoundGap& g, double bound_s) {
   std::printf(
       "    dcp above the memory-aware bound: tasks with a sample one GPU "
       "cannot hold at r=0 +%.4f (their all-to-all %.4f, part of it in the "
-      "bound), other tasks +%.4f (all-to-all %.4f), per-layer overhead +%.4f, imbalance +%.4f\n",
+      "bound), other tasks +%.4f (all-to-all %.4f), per-layer overhead +%.4f, "
+      "imbalance +%.4f\n",
       g.long_excess_s / bound_s, g.long_all_to_all_s / bound_s,
       g.short_excess_s / bound_s, g.short_all_to_all_s / bound_s,
       g.overhead_s / bound_s, g.imbalance_s / bound_s);
+}
+
+// One planner's row of a scenario: a line, or (with `json`) its JSON
+// object, which is returned.
+nlohmann::json ReportRow(const Scenario& sc, const EvaluationResult& r,
+                         const PlannerFigures* f, bool json) {
+  const double step_s = f->makespan_s / r.steps;
+  const double tps = r.tokens / f->makespan_s / sc.world_size;
+  const double ratio = f->makespan_s / r.lower_bound_s;
+  const double memory_ratio = f->makespan_s / r.memory_bound_s;
+  double vs[3] = {0, 0, 0};
+  for (size_t b = 0; b < r.baselines.size() && b < 3; ++b) {
+    vs[b] = r.baselines[b].makespan_s / f->makespan_s;
+  }
+  if (json) {
+    return {{"scenario", sc.name},
+            {"planner", f->name},
+            {"model", sc.model},
+            {"gpus", sc.world_size},
+            {"trace", sc.trace},
+            {"steps", r.steps},
+            {"step_s", step_s},
+            {"tokens_per_s_per_gpu", tps},
+            {"ratio_to_lower_bound", ratio},
+            {"ratio_to_memory_bound", memory_ratio},
+            {"speedup_over_static_packed", vs[0]},
+            {"speedup_over_static_balanced", vs[1]},
+            {"speedup_over_dynamic_cp", vs[2]}};
+  }
+  std::printf(
+      "%-3s %-19s %-13s %5d %8.3f %9.0f %9.4f %9.4f %8.3f %8.3f %8.3f\n",
+      sc.name, f->name.c_str(), sc.model, sc.world_size, step_s, tps, ratio,
+      memory_ratio, vs[0], vs[1], vs[2]);
+  return nullptr;
 }
 
 // One scenario's rows: a line per planner, a summary line and the dcp
@@ -93,57 +165,53 @@ void PrintGap(const BoundGap& g, double bound_s) {
 // planner appended to `out`.
 void ReportScenario(const Scenario& sc, const EvaluationResult& r,
                     const BoundGap& gap, bool json, nlohmann::json* out) {
-  std::vector<const PlannerFigures*> all = {&r.dcp};
-  for (const PlannerFigures& b : r.baselines) all.push_back(&b);
-  for (const PlannerFigures* f : all) {
-    const double step_s = f->makespan_s / r.steps;
-    const double tps = r.tokens / f->makespan_s / sc.world_size;
-    const double ratio = f->makespan_s / r.lower_bound_s;
-    const double memory_ratio = f->makespan_s / r.memory_bound_s;
-    double vs[3] = {0, 0, 0};
-    for (size_t b = 0; b < r.baselines.size() && b < 3; ++b) {
-      vs[b] = r.baselines[b].makespan_s / f->makespan_s;
+  const int uniform_won = UniformWins(r.plans);
+  if (json) {
+    nlohmann::json row = ReportRow(sc, r, &r.dcp, json);
+    row["plan_ms_p50"] = Percentile(r.plan_ms, 50);
+    row["plan_ms_max"] = Percentile(r.plan_ms, 100);
+    row["prediction_error"] = r.prediction_error;
+    row["gap_to_memory_bound"] = GapJson(gap, r.memory_bound_s);
+    row["uniform_won"] = uniform_won;
+    out->push_back(row);
+    for (const PlannerFigures& b : r.baselines) {
+      out->push_back(ReportRow(sc, r, &b, json));
     }
+    return;
+  }
+  ReportRow(sc, r, &r.dcp, json);
+  for (const PlannerFigures& b : r.baselines) ReportRow(sc, r, &b, json);
+  std::printf(
+      "    lower bound %.3f s/step, memory-aware %.3f; dcp planning p50 "
+      "%.2f ms, max %.2f ms; static p=%d r=%.3f, balanced p=%d r=%.3f, "
+      "dynamic-cp r=%.3f; dcp's uniform candidate won %d of %d steps\n",
+      r.lower_bound_s / r.steps, r.memory_bound_s / r.steps,
+      Percentile(r.plan_ms, 50), Percentile(r.plan_ms, 100),
+      r.static_packed_config.group_size, r.static_packed_config.recompute,
+      r.static_balanced_config.group_size, r.static_balanced_config.recompute,
+      r.dynamic_cp_config.recompute, uniform_won, r.steps);
+  PrintGap(gap, r.memory_bound_s);
+}
+
+// The --ablations rows of a scenario (`r` its full evaluation, for the
+// bounds and the baselines) and, per variant, the steps each candidate won.
+void ReportAblations(const Scenario& sc, const EvaluationResult& r,
+                     const std::vector<AblationFigures>& rows, bool json,
+                     nlohmann::json* out) {
+  std::string won =
+      absl::StrCat("    candidate kept, uniform / search steps: dcp ",
+                   UniformWins(r.plans), "/", r.steps - UniformWins(r.plans));
+  for (const AblationFigures& a : rows) {
+    nlohmann::json row = ReportRow(sc, r, &a.figures, json);
     if (json) {
-      nlohmann::json row = {{"scenario", sc.name},
-                            {"planner", f->name},
-                            {"model", sc.model},
-                            {"gpus", sc.world_size},
-                            {"trace", sc.trace},
-                            {"steps", r.steps},
-                            {"step_s", step_s},
-                            {"tokens_per_s_per_gpu", tps},
-                            {"ratio_to_lower_bound", ratio},
-                            {"ratio_to_memory_bound", memory_ratio},
-                            {"speedup_over_static_packed", vs[0]},
-                            {"speedup_over_static_balanced", vs[1]},
-                            {"speedup_over_dynamic_cp", vs[2]}};
-      if (f == &r.dcp) {
-        row["plan_ms_p50"] = Percentile(r.plan_ms, 50);
-        row["plan_ms_max"] = Percentile(r.plan_ms, 100);
-        row["prediction_error"] = r.prediction_error;
-        row["gap_to_memory_bound"] = GapJson(gap, r.memory_bound_s);
-      }
+      row["ablation"] = true;
+      row["uniform_won"] = a.uniform_won;
       out->push_back(row);
-    } else {
-      std::printf(
-          "%-3s %-16s %-13s %5d %8.3f %9.0f %9.4f %9.4f %8.3f %8.3f %8.3f\n",
-          sc.name, f->name.c_str(), sc.model, sc.world_size, step_s, tps,
-          ratio, memory_ratio, vs[0], vs[1], vs[2]);
     }
+    absl::StrAppend(&won, ", ", a.figures.name, " ", a.uniform_won, "/",
+                    a.steps - a.uniform_won);
   }
-  if (!json) {
-    std::printf(
-        "    lower bound %.3f s/step, memory-aware %.3f; dcp planning p50 "
-        "%.2f ms, max %.2f ms; static p=%d r=%.3f, balanced p=%d r=%.3f, "
-        "dynamic-cp r=%.3f\n",
-        r.lower_bound_s / r.steps, r.memory_bound_s / r.steps,
-        Percentile(r.plan_ms, 50),
-        Percentile(r.plan_ms, 100), r.static_packed_config.group_size,
-        r.static_packed_config.recompute, r.static_balanced_config.group_size,
-        r.static_balanced_config.recompute, r.dynamic_cp_config.recompute);
-    PrintGap(gap, r.memory_bound_s);
-  }
+  if (!json) std::printf("%s\n", won.c_str());
 }
 
 // The learned-model rows of one scenario: x_lower of each model's plans and
@@ -221,12 +289,83 @@ absl::StatusOr<LearnedModelOptions> LearnedOptionsFromFlags(
   return learned;
 }
 
-// Whether --scenarios names `sc` ("all" names every one).
-bool Wanted(const Scenario& sc) {
+// Whether --scenarios names scenario `name` ("all" names every one).
+bool Wanted(const std::string& name) {
   const std::string flag = absl::GetFlag(FLAGS_scenarios);
   if (flag == "all") return true;
   const std::vector<std::string> wanted = absl::StrSplit(flag, ',');
-  return std::find(wanted.begin(), wanted.end(), sc.name) != wanted.end();
+  return std::find(wanted.begin(), wanted.end(), name) != wanted.end();
+}
+
+// A built-in model, else the config `models_dir`/`name`.json.
+absl::StatusOr<ModelSpec> ScenarioModel(const std::string& name,
+                                        const std::string& models_dir) {
+  absl::StatusOr<ModelSpec> builtin = BuiltinModel(name);
+  if (builtin.ok()) return builtin;
+  return LoadModelConfig(absl::StrCat(models_dir, "/", name, ".json"));
+}
+
+// Scenario E's rows of one mix and world size: the baseline and the three
+// dcp rows, each with its speedup over the baseline and, beside the dcp
+// rows, the paper's.
+void ReportPaper(const PaperScenario& ps, const PaperAblation& r, bool json,
+                 nlohmann::json* out) {
+  const PlannerFigures* rows[] = {&r.baseline, &r.intra_step, &r.accumulation,
+                                  &r.recompute};
+  for (int k = 0; k < 4; ++k) {
+    const PlannerFigures& f = *rows[k];
+    const double speedup = r.baseline.makespan_s / f.makespan_s;
+    const double tps = r.tokens / f.makespan_s / ps.world_size;
+    if (json) {
+      nlohmann::json row = {
+          {"scenario", "E"},
+          {"mix", ps.mix},
+          {"planner", f.name},
+          {"model", kPaperModel},
+          {"gpus", ps.world_size},
+          {"trace", ps.trace},
+          {"steps", r.steps},
+          {"step_s", f.makespan_s / r.steps},
+          {"tokens_per_s_per_gpu", tps},
+          {"ratio_to_lower_bound", f.makespan_s / r.lower_bound_s},
+          {"ratio_to_memory_bound", f.makespan_s / r.memory_bound_s},
+          {"speedup_over_baseline", speedup}};
+      if (k > 0) row["paper_speedup_real_gpus"] = kPaperSpeedups[k - 1];
+      out->push_back(row);
+      continue;
+    }
+    const std::string paper =
+        k == 0 ? "" : absl::StrFormat("%.2fx", kPaperSpeedups[k - 1]);
+    std::printf("%-3s %-9s %5d %-25s %8.3f %9.0f %9.4f %9.4f %8.3fx %8s\n", "E",
+                ps.mix, ps.world_size, f.name.c_str(), f.makespan_s / r.steps,
+                tps, f.makespan_s / r.lower_bound_s,
+                f.makespan_s / r.memory_bound_s, speedup, paper.c_str());
+  }
+}
+
+// Runs and reports scenario E for one mix and world size.
+absl::Status RunPaperScenario(const PaperScenario& ps, const ClusterSpec& prior,
+                              const std::string& data_dir,
+                              const std::string& models_dir, bool json,
+                              nlohmann::json* out) {
+  EvaluationOptions options;
+  ASSIGN_OR_RETURN(options.model, ScenarioModel(kPaperModel, models_dir));
+  options.world_size = ps.world_size;
+  options.window = kPaperWindow;
+  options.tokens_per_step = ps.tokens_per_step;
+  options.steps = absl::GetFlag(FLAGS_steps);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.now_ns = NowNs;
+  ASSIGN_OR_RETURN(
+      std::vector<int32_t> lengths,
+      LoadLengths(absl::StrCat(data_dir, "/", ps.trace), "text", ""));
+  LengthView view(lengths, options.window);
+  options.cost_model =
+      CostModel::FromSpecs(prior, options.model, options.world_size);
+  ASSIGN_OR_RETURN(PaperAblation r,
+                   RunPaperAblation(view, options, kPaperBaseline));
+  ReportPaper(ps, r, json, out);
+  return absl::OkStatus();
 }
 
 // Evaluates one scenario (the planners, then with --learned the learned
@@ -255,6 +394,11 @@ absl::Status RunScenario(const Scenario& sc, const ClusterSpec& prior,
                                options.world_size);
   ASSIGN_OR_RETURN(const BoundGap gap, BreakDownGap(judge, r.plans, view));
   ReportScenario(sc, r, gap, json, out);
+  if (absl::GetFlag(FLAGS_ablations)) {
+    ASSIGN_OR_RETURN(const std::vector<AblationFigures> rows,
+                     RunAblations(view, options));
+    ReportAblations(sc, r, rows, json, out);
+  }
   if (absl::GetFlag(FLAGS_learned)) {
     learned.evaluation = options;
     ASSIGN_OR_RETURN(LearnedModelResult lr,
@@ -273,32 +417,64 @@ absl::Status Run() {
   // Under `bazel run` the bundled traces are in the runfiles, which is the
   // working directory; a user's own folder is relative to theirs.
   if (data_dir != "data/lengths") data_dir = ResolvePath(data_dir, wd);
+  std::string models_dir = absl::GetFlag(FLAGS_models_dir);
+  if (models_dir != "data/models") models_dir = ResolvePath(models_dir, wd);
   const bool json = absl::GetFlag(FLAGS_json);
   nlohmann::json out = nlohmann::json::array();
-  if (!json) {
-    std::printf("%-3s %-16s %-13s %5s %8s %9s %9s %9s %8s %8s %8s\n", "",
-                "planner", "model", "GPUs", "step_s", "tok/s/GPU", "x_lower",
-                "x_mem", "vs_stat", "vs_bal", "vs_dcp");
-  }
   int ran = 0;
   for (const Scenario& sc : kScenarios) {
-    if (!Wanted(sc)) continue;
-    ++ran;
+    if (!Wanted(sc.name)) continue;
+    if (ran++ == 0 && !json) {
+      std::printf("%-3s %-19s %-13s %5s %8s %9s %9s %9s %8s %8s %8s\n", "",
+                  "planner", "model", "GPUs", "step_s", "tok/s/GPU", "x_lower",
+                  "x_mem", "vs_stat", "vs_bal", "vs_dcp");
+    }
     RETURN_IF_ERROR(RunScenario(sc, prior, data_dir, learned, json, &out));
+  }
+  const bool paper = Wanted("E");
+  if (paper && !json) {
+    std::printf("%-3s %-9s %5s %-25s %8s %9s %9s %9s %9s %8s\n", "", "mix",
+                "GPUs", "planner", "step_s", "tok/s/GPU", "x_lower", "x_mem",
+                "speedup", "paper");
+  }
+  for (const PaperScenario& ps : kPaperScenarios) {
+    if (!paper) break;
+    ++ran;
+    RETURN_IF_ERROR(
+        RunPaperScenario(ps, prior, data_dir, models_dir, json, &out));
   }
   if (ran == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no scenario matches --scenarios=", absl::GetFlag(FLAGS_scenarios),
-        "; known: A, B, C, D"));
+        "; known: A, B, C, D, E"));
   }
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
-  } else {
+    return absl::OkStatus();
+  }
+  std::printf(
+      "step_s: mean step time on the reference cluster model "
+      "(docs/COST_MODEL.md); x_lower: ratio to its lower bound; x_mem: to its "
+      "memory-aware lower bound; vs_*: speedup over static packed, static "
+      "balanced and dynamic CP.\n");
+  if (absl::GetFlag(FLAGS_ablations)) {
     std::printf(
-        "step_s: mean step time on the reference cluster model "
-        "(docs/COST_MODEL.md); x_lower: ratio to its lower bound; x_mem: to its "
-        "memory-aware lower bound; vs_*: "
-        "speedup over static packed, static balanced and dynamic CP.\n");
+        "dcp-*: the dcp planner with one part off: no uniform candidate "
+        "(search-only), only uniform ones, one recompute ratio a step, every "
+        "rank the same number of micro-steps, one group size a step for the "
+        "sequences it splits.\n");
+  }
+  if (paper) {
+    std::printf(
+        "E: the seed paper's benchmark (VideoSys DCP mixes, %s, full "
+        "attention on the reference cluster model; data/lengths/README.md). "
+        "speedup: over %s (fixed SP %d, full recompute, sequences dealt "
+        "longest first to the least loaded group); "
+        "dcp-intra-step: group size per sequence, full recompute, even "
+        "micro-steps; + accumulation: uneven micro-steps; + recompute: a "
+        "ratio per task. paper: the seed paper's speedups on real GPUs, as "
+        "issue 25 quotes them, not ours; ours are on the reference model.\n",
+        kPaperModel, "fixed-sp4-full-recompute", kPaperBaseline.group_size);
   }
   return absl::OkStatus();
 }

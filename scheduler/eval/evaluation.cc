@@ -115,6 +115,15 @@ absl::Status RunBaselines(const ReferenceCluster& cluster,
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluationSteps(
+    const LengthView& lengths, const EvaluationOptions& options) {
+  StepBuilderOptions step_options;
+  step_options.tokens_per_step = options.tokens_per_step;
+  step_options.seed = options.seed;
+  step_options.lookahead_steps = options.balance_steps;
+  return BuildSteps(lengths, step_options, options.steps);
+}
+
 absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
                                           const EvaluationOptions& options) {
   if (!options.now_ns) {
@@ -124,12 +133,8 @@ absl::StatusOr<EvaluationResult> Evaluate(const LengthView& lengths,
     return absl::InvalidArgumentError("steps must be positive");
   }
   RETURN_IF_ERROR(ValidateModelSpec(options.model));
-  StepBuilderOptions step_options;
-  step_options.tokens_per_step = options.tokens_per_step;
-  step_options.seed = options.seed;
-  step_options.lookahead_steps = options.balance_steps;
   ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> steps,
-                   BuildSteps(lengths, step_options, options.steps));
+                   EvaluationSteps(lengths, options));
 
   ReferenceCluster cluster(options.cluster, options.model, options.world_size);
   PlannerOptions planner_options = options.planner;

@@ -101,6 +101,12 @@ absl::StatusOr<BoundGap> BreakDownGap(const ReferenceCluster& cluster,
                                       absl::Span<const StepPlan> plans,
                                       const LengthView& lengths);
 
+/// The steps `Evaluate` plans: `options.steps` global batches of
+/// `options.tokens_per_step` from a seeded shuffle of `lengths` (the step
+/// builder's, with `options.balance_steps` of look-ahead).
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvaluationSteps(
+    const LengthView& lengths, const EvaluationOptions& options);
+
 /// Forms `steps` steps from a seeded shuffle of `lengths`, plans each with
 /// the dcp planner and with every baseline, and replays all of them on the
 /// reference cluster. Errors name what failed (a plan the replay rejects is
