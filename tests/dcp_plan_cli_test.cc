@@ -19,10 +19,10 @@
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/planner/cost_model.h"
-#include "scheduler/planner/plan.h"
 #include "scheduler/eval/plan_io.h"
 #include "scheduler/eval/simulator.h"
+#include "scheduler/planner/cost_model.h"
+#include "scheduler/planner/plan.h"
 
 namespace dcp {
 namespace {
@@ -393,6 +393,54 @@ TEST(DcpBenchCliTest, ScenarioAJson) {
     EXPECT_GE(dcp.value(key, 0.0), 1.0) << key << ": " << dcp.dump();
   }
   EXPECT_TRUE(dcp.contains("plan_ms_p50")) << dcp.dump();
+}
+
+TEST(DcpBenchCliTest, AblationRowsNameTheirVariantAndTheCandidateKept) {
+  const ProcessResult r =
+      RunProcess({DcpBench(), "--scenarios=A", "--steps=2", "--json",
+                  "--ablations", "--learned=false"},
+                 RunfilesRoot());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << r.out;
+  std::map<std::string, nlohmann::json> by_name;
+  for (const nlohmann::json& row : rows)
+    by_name[row.value("planner", "")] = row;
+  ASSERT_EQ(rows.size(), 9u) << r.out;  // dcp, 3 baselines, 5 ablations
+  EXPECT_EQ(by_name["dcp-search-only"].value("uniform_won", -1), 0);
+  EXPECT_EQ(by_name["dcp-uniform-only"].value("uniform_won", -1), 2);
+  for (const char* name :
+       {"dcp-fixed-recompute", "dcp-even-microsteps", "dcp-one-group-size"}) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    EXPECT_GE(by_name[name].value("ratio_to_lower_bound", 0.0), 1.0) << name;
+    EXPECT_TRUE(by_name[name].value("ablation", false)) << name;
+  }
+}
+
+TEST(DcpBenchCliTest, ScenarioERowsGiveSpeedupsOverTheFixedBaseline) {
+  const ProcessResult r = RunProcess(
+      {DcpBench(), "--scenarios=E", "--steps=2", "--json"}, RunfilesRoot());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << r.out;
+  ASSERT_EQ(rows.size(), 24u) << r.out;  // 3 mixes x 2 sizes x 4 rows
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const nlohmann::json& row = rows[k];
+    EXPECT_EQ(row.value("scenario", ""), "E");
+    EXPECT_GE(row.value("ratio_to_memory_bound", 0.0), 1.0) << row.dump();
+    if (k % 4 == 0) {
+      EXPECT_EQ(row.value("planner", ""), "fixed-sp4-full-recompute");
+      EXPECT_DOUBLE_EQ(row.value("speedup_over_baseline", 0.0), 1.0);
+      EXPECT_FALSE(row.contains("paper_speedup_real_gpus"));
+    } else {
+      // The row's speedup is the baseline's step time over its own.
+      EXPECT_NEAR(
+          row.value("speedup_over_baseline", 0.0),
+          rows[k - k % 4].value("step_s", 0.0) / row.value("step_s", 1.0),
+          1e-9);
+      EXPECT_TRUE(row.contains("paper_speedup_real_gpus")) << row.dump();
+    }
+  }
 }
 
 }  // namespace
