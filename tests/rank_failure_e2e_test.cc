@@ -97,7 +97,7 @@ class RankFailureTest : public ElasticJobTest {
 };
 
 TEST_F(RankFailureTest, HoldWaitsForTheRankAndLosesNothing) {
-  StartJob({"--rank_timeout=2s", "--on_rank_failure=hold"});
+  StartJob({"--rank_timeout=10s", "--on_rank_failure=hold"});
   ASSERT_TRUE(AwaitOutput([this] { return Ran(kVictim, kKillAfter); }))
       << reaper_.Describe(4000);
   KillAgent(kVictim);
@@ -181,7 +181,7 @@ void RankFailureTest::ExpectShrunkJobTrainedOnce(int64_t from, int64_t to) {
 }
 
 TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
-  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
+  StartJob({"--rank_timeout=10s", "--on_rank_failure=shrink"});
   const auto [from, to] = KillVictimAndAwaitShrink();
   ASSERT_GE(from, 0);
   ExpectAgentsFinish();
@@ -190,7 +190,7 @@ TEST_F(RankFailureTest, ShrinkFinishesOnTheRestAndLosesNothing) {
 
 TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
   const std::vector<std::string> flags =
-      SchedulerFlags({"--rank_timeout=2s", "--on_rank_failure=shrink",
+      SchedulerFlags({"--rank_timeout=10s", "--on_rank_failure=shrink",
                       "--state_dir=" + TmpPath(prefix() + "-state")});
   const int port =
       StartSchedulerIncarnation(prefix() + "-scheduler", flags, 0, scheduler_);
@@ -219,7 +219,7 @@ TEST_F(RankFailureTest, AShrinkSurvivesASchedulerRestart) {
 }
 
 TEST_F(RankFailureTest, AHungAgentIsFailedUnderHoldAndRejoinsWhenItWakes) {
-  StartJob({"--rank_timeout=2s", "--on_rank_failure=hold"});
+  StartJob({"--rank_timeout=10s", "--on_rank_failure=hold"});
   ASSERT_TRUE(AwaitOutput([this] { return Ran(kVictim, kKillAfter); }))
       << reaper_.Describe(4000);
   // Stopped, not dead: its connection and plan stream stay open.
@@ -301,7 +301,7 @@ class LongJobTest : public RankFailureTest {
 
 TEST_F(LongJobTest, AHungAgentIsShrunkOutAndGrowsBackWhenItWakes) {
   const int64_t steps = job_.shape.max_steps;
-  StartJob({"--rank_timeout=2s", "--on_rank_failure=shrink"});
+  StartJob({"--rank_timeout=10s", "--on_rank_failure=shrink"});
   const auto [from, to] =
       StopAndAwaitShrink(kVictim, kKillAfter, Stop::kHang, 1, kShrunk);
   const nlohmann::json shrunk = CtlStatus("ctl-hung", address_);
