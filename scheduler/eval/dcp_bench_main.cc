@@ -1,6 +1,6 @@
 // dcp-bench: every planner on the reference scenarios, as a table.
 //
-//   dcp-bench --scenarios=all          # A, B, C, D of the issue tracker, E
+//   dcp-bench --scenarios=all          # the reference scenarios A-D, and E
 //   dcp-bench --scenarios=A,D --json   # machine-readable
 //   dcp-bench --scenarios=A --ablations  # + the planner with parts off
 //   dcp-bench --scenarios=E            # the seed paper's benchmark
@@ -99,8 +99,8 @@ constexpr PaperScenario kPaperScenarios[] = {
 // The paper's baseline: sequence parallelism of 4 for everything, every
 // layer recomputed.
 constexpr StaticConfig kPaperBaseline = {4, 1.0};
-// The seed paper's speedups over that baseline, measured on real GPUs, as
-// issue 25 quotes them, in the order of the rows they stand beside.
+// The seed paper's speedups over that baseline, measured on real GPUs and
+// cited here (not reproduced), in the order of the rows they stand beside.
 constexpr double kPaperSpeedups[3] = {2.48, 1.78, 1.28};
 
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
@@ -472,8 +472,8 @@ absl::Status Run() {
         "longest first to the least loaded group); "
         "dcp-intra-step: group size per sequence, full recompute, even "
         "micro-steps; + accumulation: uneven micro-steps; + recompute: a "
-        "ratio per task. paper: the seed paper's speedups on real GPUs, as "
-        "issue 25 quotes them, not ours; ours are on the reference model.\n",
+        "ratio per task. paper: the seed paper's speedups on real GPUs, "
+        "cited, not ours; ours are on the reference model.\n",
         kPaperModel, "fixed-sp4-full-recompute", kPaperBaseline.group_size);
   }
   return absl::OkStatus();
