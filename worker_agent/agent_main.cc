@@ -19,9 +19,10 @@
 //          AdamW), reports the timings and appends one JSON line per task
 //          (and one per step, with its loss) to --log_file; exits 0 when
 //          the job is drained. --task_clock=cpu times each rank's own CPU
-//          work, for ranks that share a host's cores. It tells the
-//          scheduler it cannot follow a change of the world (its Gloo
-//          groups span it): --on_rank_failure=shrink refuses it.
+//          work, for ranks that share a host's cores. It follows a
+//          shrink or a grow of the world (--on_rank_failure=shrink): the
+//          step a dead peer broke is given up, its groups re-formed over
+//          the next epoch's ranks, and the state taken from a survivor.
 // simulate: as execute, but each task takes --simulate_task_time and
 //          nothing is trained (no model, no groups): the steps' reports and
 //          log lines without the compute, for control-plane tests and

@@ -130,9 +130,10 @@ ABSL_FLAG(std::string, on_rank_failure, "hold",
           "What a failed rank does to the job. hold: plan no new step until "
           "it registers again; shrink: a new epoch for the remaining ranks, "
           "the steps not completed re-planned for them (a rank that returns "
-          "is in the world again from the next step). shrink refuses "
-          "execute-mode agents; with --state_dir each epoch change is "
-          "durable and survives a restart.");
+          "is in the world again from the next step; execute-mode agents "
+          "and client_lib trainers re-form their groups over each epoch's "
+          "ranks). With --state_dir each epoch change is durable and "
+          "survives a restart.");
 ABSL_FLAG(absl::Duration, stop_grace, absl::Seconds(30),
           "After a stop, how long to wait for plan streams to end.");
 
