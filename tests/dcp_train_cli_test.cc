@@ -2,8 +2,8 @@
 // (--mode=single) and as a dcp job on this host (--mode=dcp --local_world=4:
 // a scheduler in its process, four rank processes on real Gloo groups), in
 // float64, and both loss logs agree step by step; bad flags are refused with
-// a message naming the flag; and the training loops README.md quotes are the
-// ones examples/dcp_train_main.cc runs.
+// a message naming the flag; and the training loops docs/TRAINING.md quotes
+// are the ones examples/dcp_train_main.cc runs.
 
 #include <cmath>
 #include <cstdint>
@@ -164,12 +164,14 @@ std::string DiffSide(const std::vector<absl::string_view>& diff, char side) {
 }
 
 TEST(DcpTrainCliTest, ReadmeQuotesTheTrainingLoopsOfTheBinary) {
-  const std::string readme = testing_process::ReadFile(Binary("README.md"));
+  const std::string readme =
+      testing_process::ReadFile(Binary("docs/TRAINING.md"));
   const std::string source =
       testing_process::ReadFile(Binary("examples/dcp_train_main.cc"));
   ASSERT_FALSE(source.empty());
   const size_t begin = readme.find("```diff\n");
-  ASSERT_NE(begin, std::string::npos) << "README.md has no ```diff block";
+  ASSERT_NE(begin, std::string::npos)
+      << "docs/TRAINING.md has no ```diff block";
   const size_t end = readme.find("\n```", begin + 8);
   ASSERT_NE(end, std::string::npos);
   const std::vector<absl::string_view> diff = absl::StrSplit(

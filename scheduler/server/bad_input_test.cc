@@ -1,15 +1,16 @@
-// Every row of README.md's "Bad input" table, over a real gRPC server: a
-// SchedulerServer on 127.0.0.1:0 with a small job of 4 ranks, a job id and a
-// bearer token. Each case (one instance of the parameterised test, a fresh
-// server) sets the job up (ranks 0..2 registered, rank 3 not; rank 0's report
-// of step 0 and one store key accepted), sends its bad request, and checks:
+// Every row of docs/CONTROL_PLANE.md's "Bad input" table, over a real gRPC
+// server: a SchedulerServer on 127.0.0.1:0 with a small job of 4 ranks, a job
+// id and a bearer token. Each case (one instance of the parameterised test, a
+// fresh server) sets the job up (ranks 0..2 registered, rank 3 not; rank 0's
+// report of step 0 and one store key accepted), sends its bad request, and
+// checks:
 //   - the status code and a substring of its message (the table's columns);
 //   - the state after equals the state before (GetStatus: steps planned and
 //     completed, reports, each rank's registration and last reported step,
 //     the store's keys and bytes);
 //   - a good request still sees the accepted state: the store key holds its
 //     value and rank 0's correct report of step 1 is taken.
-// `ReadmeTableListsEveryCase` checks that the README's table and the case
+// `ReadmeTableListsEveryCase` checks that the document's table and the case
 // list below agree, row for row: name, code and message.
 
 #include <algorithm>
@@ -57,10 +58,10 @@ class Harness;
 
 /// One row of the table: what is sent, and the answer expected.
 struct BadInputCase {
-  /// The README's "test case" column: the instance's name.
+  /// The table's "test case" column: the instance's name.
   std::string name;
   grpc::StatusCode code;
-  /// A substring of the answer's message (the README's "message" column).
+  /// A substring of the answer's message (the table's "message" column).
   std::string message;
   /// Sends the bad request and returns its answer.
   std::function<grpc::Status(Harness&)> send;
@@ -441,7 +442,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Code = grpc::StatusCode;
 
 // The table, a function per call (or per part of one), in the order of
-// README.md's "Bad input" table; `Cases` joins them.
+// docs/CONTROL_PLANE.md's "Bad input" table; `Cases` joins them.
 
 std::vector<BadInputCase> RegisterCases() {
   return {
@@ -744,8 +745,8 @@ std::vector<BadInputCase> GuardCases() {
   };
 }
 
-/// The table. Keep README.md's "Bad input" table in step (the test below
-/// compares them, row for row).
+/// The table. Keep docs/CONTROL_PLANE.md's "Bad input" table in step (the
+/// test below compares them, row for row).
 std::vector<BadInputCase> Cases() {
   std::vector<BadInputCase> cases;
   for (auto* group :
@@ -808,7 +809,8 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
-/// The rows of README.md's "### Bad input" table: name, code, message.
+/// The rows of docs/CONTROL_PLANE.md's "### Bad input" table: name, code,
+/// message.
 struct Row {
   std::string name;
   std::string code;
@@ -823,8 +825,9 @@ std::string Unquote(absl::string_view cell) {
 }
 
 std::vector<Row> ReadmeRows() {
-  std::ifstream in("README.md");
-  EXPECT_TRUE(in.good()) << "README.md is not in the test's runfiles";
+  std::ifstream in("docs/CONTROL_PLANE.md");
+  EXPECT_TRUE(in.good())
+      << "docs/CONTROL_PLANE.md is not in the test's runfiles";
   std::vector<Row> rows;
   std::string line;
   bool in_section = false;
@@ -855,7 +858,8 @@ TEST(BadInputTableTest, ReadmeTableListsEveryCase) {
   const std::vector<Row> rows = ReadmeRows();
   const std::vector<BadInputCase> cases = Cases();
   ASSERT_EQ(rows.size(), cases.size())
-      << "README.md's \"Bad input\" table and the cases differ in count";
+      << "docs/CONTROL_PLANE.md's \"Bad input\" table and the cases differ in "
+         "count";
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("row ", i + 1, ": ", cases[i].name));
     EXPECT_EQ(rows[i].name, cases[i].name);
