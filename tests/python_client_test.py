@@ -1,4 +1,4 @@
-"""The Python binding end to end: a real dcp-scheduler process and four
+"""The Python package dcp end to end: a real dcp-scheduler process and four
 Python rank processes running examples/train.py --mode=dcp (torch.distributed
 over Gloo, each task's group formed by dcp.torch, Ulysses over it).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tests/python_client_test.py with Debian's python3 (the interpreter
-# python3-torch and the dcp extension are built for), from the runfiles.
+# of python3-torch, python3-grpcio and python3-protobuf), from the runfiles.
 set -euo pipefail
 cd "${TEST_SRCDIR}/dcp"
 exec /usr/bin/python3 tests/python_client_test.py -v

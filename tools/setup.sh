@@ -36,10 +36,12 @@ declare -A PACKAGE_GROUPS=(
   # wrong sgemm results when several threads of a process call it at once
   # (ranks as threads in the tests).
   [train]="libtorch-dev libblis4-serial gnuplot-nox"
-  # The Python binding (client_lib/python) and its test: pybind11's headers,
-  # the headers of Debian's python3, and python3-torch (the same libtorch
-  # 1.13, for torch.distributed and the Python model of examples/).
-  [python]="python3-dev pybind11-dev python3-torch"
+  # The Python package dcp (client_lib/python, plain Python) and its tests:
+  # grpcio and protobuf for the client, numpy for the corpus's draws, pip
+  # and setuptools for its `pip install` test, and python3-torch (the same
+  # libtorch 1.13, for torch.distributed and the Python model of examples/).
+  [python]="python3-grpcio python3-protobuf python3-numpy python3-pip
+            python3-setuptools python3-torch"
   # tools/fuzz.sh: clang and libFuzzer for the fuzz targets of fuzz/, built
   # outside Bazel with make, and the sanitizers' headers and runtimes
   # (libclang-rt-14-dev: only a recommendation of clang's, which
