@@ -13,7 +13,7 @@ WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as torchrun sets it; --local_world=N
 starts N such rank processes of this script on this host (Debian's torchrun
 1.13 fails under Python 3.11):
 
-  export PYTHONPATH=bazel-bin/client_lib/python
+  export PYTHONPATH=bazel-bin/client_lib/python  # or: pip install ./client_lib/python
   python3 examples/train.py --mode=plain --local_world=4
   python3 examples/train.py --mode=dcp --local_world=4 --scheduler=HOST:PORT
 

@@ -187,7 +187,9 @@ class _InProcess:
         self._registration.abandon()
         self._mailbox.close()
         self._reader.cancel()
-        self._reader.join()
+        # Its call and back-off end at once; the bound is for a stuck gRPC
+        # (a daemon thread does not hold the interpreter's exit).
+        self._reader.join(self._rpc_timeout)
         self._channel.close()
 
 
