@@ -178,7 +178,7 @@ absl::StatusOr<BoundGap> BreakDownGap(const ReferenceCluster& cluster,
         long_task |= cluster.MemoryBytes(lengths[id], 0.0) > cap;
       }
       const ReferenceCluster::TaskCost c =
-          cluster.Cost(task.ranks, seq, task.recompute);
+          cluster.Cost(task.ranks, seq, task.recompute, task.ulysses);
       const double p = static_cast<double>(task.ranks.size());
       const double excess = (p * (c.total_s - c.overhead_s) - bound) / world;
       const double a2a = p * c.all_to_all_s / world;

@@ -146,6 +146,7 @@ std::string StepPlanToJsonLine(const StepPlan& plan) {
     AppendIntArray(&out, task.samples);
     out.append(",\"recompute\":");
     AppendDouble(&out, task.recompute);
+    if (task.ulysses != 0) absl::StrAppend(&out, ",\"ulysses\":", task.ulysses);
     if (!task.loss_weights.empty()) {
       out.append(",\"loss_weights\":[");
       for (size_t i = 0; i < task.loss_weights.size(); ++i) {
@@ -180,6 +181,17 @@ absl::Status ParseTask(const Json& object, const std::string& where,
   }
   RETURN_IF_ERROR(
       ReadNumber(*recompute, where, "\"recompute\"", &task->recompute));
+  // Without "ulysses" the whole group is Ulysses (docs/COST_MODEL.md).
+  auto ulysses = object.find("ulysses");
+  if (ulysses != object.end()) {
+    if (!ulysses->is_number_integer() || ulysses->get<int64_t>() < 0 ||
+        ulysses->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return Invalid(where,
+                     absl::StrCat("\"ulysses\" must be an integer >= 0, got ",
+                                  Show(*ulysses)));
+    }
+    task->ulysses = static_cast<int>(ulysses->get<int64_t>());
+  }
   auto weights = object.find("loss_weights");
   if (weights != object.end()) {
     if (!weights->is_array()) {

@@ -27,6 +27,7 @@ StepPlan SamplePlan() {
   a.samples = {99999999999, 0};
   a.recompute = 1.0 / 3.0;
   a.loss_weights = {0.1, 2.0 / 7.0};
+  a.ulysses = 2;  // two Ulysses pairs in a ring of two
   TaskPlan b;
   b.ranks = {5};
   b.samples = {12, 4};
@@ -47,6 +48,7 @@ void ExpectSamePlan(const StepPlan& a, const StepPlan& b) {
     // Exact: the text must read back to the very same doubles.
     EXPECT_EQ(a.tasks[t].recompute, b.tasks[t].recompute) << "task " << t;
     EXPECT_EQ(a.tasks[t].loss_weights, b.tasks[t].loss_weights) << "task " << t;
+    EXPECT_EQ(a.tasks[t].ulysses, b.tasks[t].ulysses) << "task " << t;
   }
 }
 
@@ -75,6 +77,13 @@ TEST(StepPlanJsonTest, WritesTheDocumentedFormat) {
             R"({"step":3,"samples":[5,2],"tasks":[{"ranks":[0,1],)"
             R"("samples":[5,2],"recompute":0,"loss_weights":[0.1,0.5]}],)"
             R"("predicted_makespan_s":2.5})");
+  // A hybrid task names its Ulysses degree; a plain one leaves it out.
+  plan.tasks[0].ulysses = 1;
+  plan.tasks[0].loss_weights.clear();
+  plan.predicted_makespan_s = 0;
+  EXPECT_EQ(StepPlanToJsonLine(plan),
+            R"({"step":3,"samples":[5,2],"tasks":[{"ranks":[0,1],)"
+            R"("samples":[5,2],"recompute":0,"ulysses":1}]})");
 }
 
 TEST(StepPlanJsonTest, IsValidJsonForAnyParser) {
@@ -180,6 +189,12 @@ TEST(StepPlanJsonTest, RejectsBadLinesSayingWhatIsWrong) {
       {R"({"step": 1, "samples": [1], "tasks": [{"ranks": [0],)"
        R"( "samples": [1], "recompute": null}]})",
        "\"recompute\" must be a number, got null"},
+      {R"({"step": 1, "samples": [1], "tasks": [{"ranks": [0, 1],)"
+       R"( "samples": [1], "recompute": 0, "ulysses": 1.5}]})",
+       "task 0: \"ulysses\" must be an integer >= 0, got 1.5"},
+      {R"({"step": 1, "samples": [1], "tasks": [{"ranks": [0, 1],)"
+       R"( "samples": [1], "recompute": 0, "ulysses": -1}]})",
+       "\"ulysses\" must be an integer >= 0, got -1"},
       {R"({"step": 1, "samples": [1, 2], "tasks": [{"ranks": [0],)"
        R"( "samples": [1, 2], "recompute": 0, "loss_weights": [0.5]}]})",
        "\"loss_weights\" has 1 entries for 2 samples"},

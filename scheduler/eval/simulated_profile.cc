@@ -127,7 +127,7 @@ std::vector<TaskObservation> SimulateTaskTimings(
     TaskObservation& o = out.emplace_back();
     for (int64_t id : task.samples) o.lengths.push_back(lengths[id]);
     const ReferenceCluster::TaskCost cost =
-        cluster.Cost(task.ranks, o.lengths, task.recompute);
+        cluster.Cost(task.ranks, o.lengths, task.recompute, task.ulysses);
     o.group_size = static_cast<int>(task.ranks.size());
     o.intra_node = cluster.IntraNode(task.ranks);
     o.recompute = task.recompute;

@@ -1,7 +1,9 @@
 #include "scheduler/eval/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -21,6 +23,15 @@ bool ReferenceCluster::IntraNode(absl::Span<const int> ranks) const {
   return true;
 }
 
+bool ReferenceCluster::UlyssesIntraNode(absl::Span<const int> ranks,
+                                        int ulysses) const {
+  const size_t u = ulysses > 0 ? ulysses : ranks.size();
+  for (size_t start = 0; start < ranks.size(); start += u) {
+    if (!IntraNode(ranks.subspan(start, u))) return false;
+  }
+  return true;
+}
+
 double ReferenceCluster::MemoryBytes(double tokens_per_gpu,
                                      double recompute) const {
   const double d = model_.hidden;
@@ -30,20 +41,24 @@ double ReferenceCluster::MemoryBytes(double tokens_per_gpu,
   return 16.0 * model_.TotalParams() / world_size_ + per_token * tokens_per_gpu;
 }
 
-double ReferenceCluster::AttentionSeconds(double s, double p,
-                                          double recompute) const {
+double ReferenceCluster::AttentionSeconds(double s, double p, double recompute,
+                                          double chunks) const {
   const double flops = 4.0 * s * s * model_.hidden * model_.layers *
                        model_.AttentionFactor() / p;
+  // Each ring step attends over chunks of s / c tokens.
+  const double chunk = s / chunks;
   const double eff =
-      cluster_.attn_eff_max * s / (s + cluster_.attn_eff_half_tokens);
+      cluster_.attn_eff_max * chunk / (chunk + cluster_.attn_eff_half_tokens);
   return flops * (3.5 + recompute) / (cluster_.peak_flops * eff);
 }
 
 ReferenceCluster::TaskCost ReferenceCluster::Cost(
     absl::Span<const int> ranks, absl::Span<const int64_t> seq_lengths,
-    double recompute) const {
+    double recompute, int ulysses) const {
   TaskCost c;
   const double p = static_cast<double>(ranks.size());
+  const double u = ulysses > 0 ? ulysses : p;
+  const double ring = p / u;
   const double layers = model_.layers;
   const double d = model_.hidden;
   double total_tokens = 0;
@@ -58,22 +73,35 @@ ReferenceCluster::TaskCost ReferenceCluster::Cost(
       t > 0 ? lin_fwd * (3.0 + recompute) / (cluster_.peak_flops * gemm_eff)
             : 0.0;
   for (int64_t s : seq_lengths) {
-    if (s > 0)
-      c.attention_s += AttentionSeconds(static_cast<double>(s), p, recompute);
+    if (s > 0) {
+      c.attention_s +=
+          AttentionSeconds(static_cast<double>(s), p, recompute, ring);
+    }
   }
-  if (ranks.size() > 1) {
+  // K/V heads a GPU holds after the Ulysses all-to-all, over the heads.
+  const double kv_share = std::max<double>(model_.kv_heads, u) / model_.heads;
+  if (u > 1) {
+    const bool intra = UlyssesIntraNode(ranks, static_cast<int>(u));
+    const double bw = intra ? cluster_.intra_node_bw : cluster_.inter_node_bw;
+    const double latency =
+        intra ? cluster_.intra_node_latency_s : cluster_.inter_node_latency_s;
+    const double vol = 2.0 * t * d * (2.0 + 2.0 * kv_share) * (u - 1.0) / u;
+    c.all_to_all_s = (vol / bw + 4.0 * latency) * layers * (2.0 + recompute);
+  }
+  if (ring > 1) {
+    // c - 1 passes forward, 2 (c - 1) backward (K/V and their gradients),
+    // r (c - 1) recomputing; each moves one K/V block a GPU.
     const bool intra = IntraNode(ranks);
     const double bw = intra ? cluster_.intra_node_bw : cluster_.inter_node_bw;
     const double latency =
         intra ? cluster_.intra_node_latency_s : cluster_.inter_node_latency_s;
-    const double vol =
-        2.0 * t * d *
-        (2.0 + 2.0 * std::max<double>(model_.kv_heads, p) / model_.heads) *
-        (p - 1.0) / p;
-    c.all_to_all_s = (vol / bw + 4.0 * latency) * layers * (2.0 + recompute);
+    const double block = 2.0 * 2.0 * t * d * kv_share;
+    c.ring_s =
+        layers * (3.0 + recompute) * (ring - 1.0) * (block / bw + latency);
   }
   c.overhead_s = cluster_.overhead_per_layer_s * layers;
-  c.total_s = c.linear_s + c.attention_s + c.all_to_all_s + c.overhead_s;
+  c.total_s = c.linear_s + std::max(c.attention_s, c.ring_s) + c.all_to_all_s +
+              c.overhead_s;
   c.memory_bytes = MemoryBytes(t, recompute);
   return c;
 }
@@ -123,44 +151,60 @@ double ReferenceCluster::RecomputeToHold(double tokens_per_gpu) const {
   return std::max(r, 0.0);
 }
 
-double ReferenceCluster::SequenceBoundAt(double s, int p,
+double ReferenceCluster::SequenceBoundAt(double s, int ulysses, int ring,
                                          double recompute) const {
+  const int p = ulysses * ring;
+  const double u = ulysses;
   const double t_max = TokensPerGpuAt(recompute);
   const double gemm_eff =
       cluster_.gemm_eff_max * t_max / (t_max + cluster_.gemm_eff_half_tokens);
   const double linear = 2.0 * model_.ParamsPerLayer() * model_.layers * s *
                         (3.0 + recompute) / (cluster_.peak_flops * gemm_eff);
   double all_to_all = 0;
-  if (p > 1) {
-    // The task's all-to-all, p GPUs long, for this sequence's s / p tokens
-    // a GPU (the volume is linear in the tokens; the latency, shared by a
-    // task's sequences, is left out), at the faster of the two links.
+  if (ulysses > 1) {
+    // The Ulysses all-to-all on each of the p GPUs, for this sequence's
+    // s / p tokens a GPU (the volume is linear in the tokens; the latency,
+    // shared by a task's sequences, is left out), at the faster link. The
+    // ring is not charged: a task's passes may hide behind its attention.
     const double bw = std::max(cluster_.intra_node_bw, cluster_.inter_node_bw);
     const double vol =
         2.0 * (s / p) * model_.hidden *
-        (2.0 + 2.0 * std::max<double>(model_.kv_heads, p) / model_.heads) *
-        (p - 1.0) / p;
+        (2.0 + 2.0 * std::max<double>(model_.kv_heads, u) / model_.heads) *
+        (u - 1.0) / u;
     all_to_all = p * vol / bw * model_.layers * (2.0 + recompute);
   }
-  return linear + AttentionSeconds(s, 1.0, recompute) + all_to_all;
+  return linear + AttentionSeconds(s, 1.0, recompute, ring) + all_to_all;
 }
 
 double ReferenceCluster::SequenceBound(double s) const {
-  // For a group size p the sequence fits at r >= r_p (RecomputeToHold of
-  // s / p); the bound at (p, r) is concave in r (1 / gemm_eff and the
+  // On p = u * c GPUs the sequence fits at r >= r_p (RecomputeToHold of
+  // s / p); the bound at (u, c, r) is concave in r (1 / gemm_eff and the
   // other terms are affine in r, the linear work a product of an
   // increasing and a decreasing affine function), so its least over
-  // [r_p, 1] is at an end. Larger p only add all-to-all at a given r.
+  // [r_p, 1] is at an end. At a given r a longer ring only lowers the
+  // attention's efficiency, so for each u the rings worth trying run from
+  // the shortest that holds the sequence at r = 1 to the shortest that
+  // holds it at r = 0.
   double best = std::numeric_limits<double>::infinity();
-  for (int p = 1; p <= world_size_; ++p) {
-    if (world_size_ % p != 0 || model_.heads % p != 0) continue;
-    const double r = RecomputeToHold(s / p);
-    if (r > 1.0) continue;
-    best = std::min({best, SequenceBoundAt(s, p, r), SequenceBoundAt(s, p, 1)});
+  const double t_most = TokensPerGpuAt(1.0);
+  for (int u = 1; u <= std::min(model_.heads, world_size_); ++u) {
+    if (model_.heads % u != 0) continue;
+    const int longest = world_size_ / u;
+    // The shortest ring that could hold it at r = 1, or just below.
+    const double shortest = std::floor(s / (u * t_most));
+    int c = shortest > longest ? longest + 1
+                               : std::max(1, static_cast<int>(shortest));
+    while (c <= longest && RecomputeToHold(s / (u * c)) > 1.0) ++c;
+    for (; c <= longest; ++c) {
+      const double r = RecomputeToHold(s / (u * c));
+      best = std::min(
+          {best, SequenceBoundAt(s, u, c, r), SequenceBoundAt(s, u, c, 1)});
+      if (r == 0.0) break;
+    }
   }
   // No group holds it: no plan is valid; the least at p = 1 ignoring memory.
   if (best == std::numeric_limits<double>::infinity()) {
-    best = std::min(SequenceBoundAt(s, 1, 0), SequenceBoundAt(s, 1, 1));
+    best = std::min(SequenceBoundAt(s, 1, 1, 0), SequenceBoundAt(s, 1, 1, 1));
   }
   return best;
 }
@@ -202,31 +246,56 @@ absl::StatusOr<absl::flat_hash_set<int64_t>> StepSamples(
   return samples;
 }
 
+// A task's group (p = u * c ranks, u dividing the heads) against the rules
+// of the model.
+absl::Status CheckTaskGroup(const TaskPlan& task, int heads, int p) {
+  if (task.ulysses == 0) {
+    if (heads % p == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group size ", p, " must divide the head count (", heads,
+        "), or the task must give a Ulysses degree (\"ulysses\") dividing "
+        "both, to run as Ulysses subgroups in a ring"));
+  }
+  const int u = task.ulysses;
+  if (u < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Ulysses degree ", u, " must be positive (or 0 for the whole group)"));
+  }
+  if (p % u != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Ulysses degree ", u, " must divide the group size ", p,
+        ": the group is u * c ranks, u-way Ulysses inside a c-way ring"));
+  }
+  if (heads % u != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Ulysses degree ", u, " must divide the head count (", heads, ")"));
+  }
+  return absl::OkStatus();
+}
+
 // A task's group and recompute ratio against the rules of the model.
 absl::Status CheckTaskShape(const ReferenceCluster& cluster,
                             const StepPlan& plan, int i) {
   const TaskPlan& task = plan.tasks[i];
   const int world = cluster.world_size();
-  const int heads = cluster.model().heads;
   const int p = static_cast<int>(task.ranks.size());
   if (p == 0) return TaskError(plan, i, "has no ranks");
   if (task.samples.empty()) return TaskError(plan, i, "has no samples");
-  if (world % p != 0 || heads % p != 0) {
-    return TaskError(
-        plan, i,
-        absl::StrCat("group size ", p, " must divide the world size (", world,
-                     ") and the head count (", heads, ")"));
+  if (absl::Status group = CheckTaskGroup(task, cluster.model().heads, p);
+      !group.ok()) {
+    return TaskError(plan, i, std::string(group.message()));
   }
   if (!(task.recompute >= 0.0 && task.recompute <= 1.0)) {
-    return TaskError(plan, i,
-                     absl::StrCat("recompute ", task.recompute,
-                                  " is outside [0, 1]"));
+    return TaskError(
+        plan, i,
+        absl::StrCat("recompute ", task.recompute, " is outside [0, 1]"));
   }
   for (int k = 0; k < p; ++k) {
     const int r = task.ranks[k];
     if (r < 0 || r >= world) {
       return TaskError(
-          plan, i, absl::StrCat("rank ", r, " is outside the world of ", world));
+          plan, i,
+          absl::StrCat("rank ", r, " is outside the world of ", world));
     }
     if (k > 0 && r <= task.ranks[k - 1]) {
       return TaskError(plan, i, "ranks must be distinct and ascending");
@@ -246,11 +315,13 @@ absl::Status TaskLengths(const StepPlan& plan, int i,
   for (int64_t id : plan.tasks[i].samples) {
     if (!step_samples.contains(id)) {
       return TaskError(
-          plan, i, absl::StrCat("sample ", id, " is not one of the step's samples"));
+          plan, i,
+          absl::StrCat("sample ", id, " is not one of the step's samples"));
     }
     if (!seen.insert(id).second) {
       return TaskError(
-          plan, i, absl::StrCat("sample ", id, " appears in more than one task"));
+          plan, i,
+          absl::StrCat("sample ", id, " appears in more than one task"));
     }
     seq.push_back(lengths[id]);
   }
@@ -292,12 +363,12 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
     RETURN_IF_ERROR(CheckTaskShape(cluster, plan, i));
     RETURN_IF_ERROR(TaskLengths(plan, i, step_samples, lengths, seen, seq));
     const ReferenceCluster::TaskCost c =
-        cluster.Cost(task.ranks, seq, task.recompute);
+        cluster.Cost(task.ranks, seq, task.recompute, task.ulysses);
     if (c.memory_bytes > cap) {
-      return TaskError(plan, i,
-                       absl::StrCat("needs ", c.memory_bytes / 1e9,
-                                    " GB per GPU; the cap is ", cap / 1e9,
-                                    " GB"));
+      return TaskError(
+          plan, i,
+          absl::StrCat("needs ", c.memory_bytes / 1e9,
+                       " GB per GPU; the cap is ", cap / 1e9, " GB"));
     }
     report.max_memory_bytes = std::max(report.max_memory_bytes, c.memory_bytes);
     double start = 0;
@@ -311,8 +382,8 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
   for (int64_t id : plan.samples) {
     if (seen.size() == step_samples.size()) break;
     if (!seen.contains(id)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "step ", plan.step, ": sample ", id, " is in no task"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", plan.step, ": sample ", id, " is in no task"));
     }
   }
   report.makespan_s =

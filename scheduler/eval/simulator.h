@@ -27,16 +27,25 @@ class ReferenceCluster {
   struct TaskCost {
     double linear_s = 0;
     double attention_s = 0;
+    /// The Ulysses all-to-alls (u > 1).
     double all_to_all_s = 0;
+    /// The ring's K/V passes (c > 1). They overlap the attention they feed,
+    /// so only what exceeds `attention_s` adds to `total_s`.
+    double ring_s = 0;
     double overhead_s = 0;
+    /// linear + max(attention, ring) + all-to-all + overhead.
     double total_s = 0;
     double memory_bytes = 0;
   };
 
   /// Cost of a task run by `ranks` over sequences of the given (already
-  /// truncated) lengths with recompute ratio `recompute`.
+  /// truncated) lengths with recompute ratio `recompute`, as `ulysses`-way
+  /// Ulysses (0: the whole group) inside a ring of `ranks.size() / ulysses`.
+  /// Precondition: `ulysses` is 0 or divides `ranks.size()` (`ReplayStep`
+  /// checks plans for it).
   TaskCost Cost(absl::Span<const int> ranks,
-                absl::Span<const int64_t> seq_lengths, double recompute) const;
+                absl::Span<const int64_t> seq_lengths, double recompute,
+                int ulysses = 0) const;
 
   /// Per-GPU memory of a task with `tokens_per_gpu` tokens on each GPU.
   double MemoryBytes(double tokens_per_gpu, double recompute) const;
@@ -48,15 +57,17 @@ class ReferenceCluster {
   double LowerBound(absl::Span<const int64_t> seq_lengths) const;
 
   /// The memory-aware lower bound of docs/COST_MODEL.md: every sequence at
-  /// the least, over the group sizes p that divide the heads and the world
-  /// and the recompute ratios r at which s / p tokens fit a GPU, of its
-  /// linear and attention work (the linear work at the GEMM efficiency of
-  /// the most tokens per GPU that fit the memory cap at r) plus, for p > 1,
-  /// the all-to-all volume of its tokens at the faster link; then perfect
-  /// balance, no latency or overhead, plus the sync. So a sequence one GPU
-  /// cannot hold at any ratio pays the all-to-all of the smallest group
-  /// that can. Never below `LowerBound`. When not even the sharded model
-  /// states fit (no plan is valid) it is `LowerBound`.
+  /// the least, over the groups p = u * c <= W (u dividing the heads) and
+  /// the recompute ratios r at which s / p tokens fit a GPU, of its linear
+  /// and attention work (the linear work at the GEMM efficiency of the most
+  /// tokens per GPU that fit the memory cap at r, the attention at that of
+  /// chunks of s / c tokens) plus, for u > 1, the Ulysses all-to-all volume
+  /// of its tokens at the faster link; the ring is charged nothing (it may
+  /// hide behind the task's attention); then perfect balance, no latency or
+  /// overhead, plus the sync. So a sequence one GPU cannot hold at any
+  /// ratio pays the all-to-all or the smaller attention chunks of the
+  /// cheapest split that can. Never below `LowerBound`. When not even the
+  /// sharded model states fit (no plan is valid) it is `LowerBound`.
   double MemoryAwareLowerBound(absl::Span<const int64_t> seq_lengths) const;
 
   /// One sequence's share of `MemoryAwareLowerBound` (GPU-seconds: times
@@ -66,20 +77,28 @@ class ReferenceCluster {
   /// Whether every rank of the group is on one node.
   bool IntraNode(absl::Span<const int> ranks) const;
 
+  /// Whether every Ulysses subgroup of the group (each consecutive run of
+  /// `ulysses` ranks; 0 for the whole group) is on one node.
+  bool UlyssesIntraNode(absl::Span<const int> ranks, int ulysses) const;
+
   const ClusterSpec& cluster() const { return cluster_; }
   const ModelSpec& model() const { return model_; }
   int world_size() const { return world_size_; }
 
  private:
-  double AttentionSeconds(double s, double p, double recompute) const;
+  /// Attention of a sequence of `s` tokens on `p` GPUs whose ring cuts it
+  /// into `chunks` chunks.
+  double AttentionSeconds(double s, double p, double recompute,
+                          double chunks = 1.0) const;
   /// The most tokens per GPU that fit the memory cap at `recompute`.
   double TokensPerGpuAt(double recompute) const;
   /// The least recompute ratio at which `tokens_per_gpu` fit (0 when they
   /// fit without; above 1 when they never do).
   double RecomputeToHold(double tokens_per_gpu) const;
-  /// GPU-seconds of a sequence of `s` tokens on `p` GPUs at `recompute` as
-  /// `SequenceBound` counts them.
-  double SequenceBoundAt(double s, int p, double recompute) const;
+  /// GPU-seconds of a sequence of `s` tokens on `ulysses * ring` GPUs at
+  /// `recompute` as `SequenceBound` counts them.
+  double SequenceBoundAt(double s, int ulysses, int ring,
+                         double recompute) const;
 
   ClusterSpec cluster_;
   ModelSpec model_;
@@ -101,9 +120,11 @@ struct StepReport {
 };
 
 /// Checks a step plan against the rules of the model (every sample of the
-/// step in exactly one task, group sizes dividing the head count and the world
-/// size, ranks distinct and in range, recompute in [0, 1], memory within the
-/// cap) and replays it. Errors are INVALID_ARGUMENT and name the step and task.
+/// step in exactly one task; ranks distinct, ascending and in range; a
+/// Ulysses degree dividing the head count and the group size, which is the
+/// group size itself when the task gives none; recompute in [0, 1]; memory
+/// within the cap) and replays it. Errors are INVALID_ARGUMENT and name the
+/// step and task.
 absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
                                       const StepPlan& plan,
                                       const LengthView& lengths);

@@ -11,6 +11,12 @@ namespace dcp {
 
 /// One forward+backward pass of a sequence-parallel group over a pack of
 /// samples. Plain value type.
+///
+/// The group is `u`-way Ulysses inside a `c`-way ring (docs/COST_MODEL.md,
+/// "Hybrid groups"): `p = u * c` ranks, whose consecutive runs of `u` are
+/// the Ulysses subgroups and whose consecutive subgroups are ring
+/// neighbours. `ulysses == 0` means the whole group is Ulysses (u = p, no
+/// ring), as every plan was before rings.
 struct TaskPlan {
   /// Global ranks of the group, ascending. Its size is the sequence-parallel
   /// degree p.
@@ -24,6 +30,13 @@ struct TaskPlan {
   std::vector<double> loss_weights;
   /// Fraction of layers whose activations are recomputed in the backward pass.
   double recompute = 0.0;
+  /// The Ulysses degree u, dividing the heads and p; 0 for the whole group.
+  int ulysses = 0;
+
+  /// The Ulysses degree the task runs with: `ulysses`, or p when it is 0.
+  int UlyssesDegree() const {
+    return ulysses > 0 ? ulysses : static_cast<int>(ranks.size());
+  }
 };
 
 /// Which of the planner's candidates a plan is: the data-centric search's
