@@ -154,6 +154,7 @@ absl::StatusOr<Step> Client::Resolve(NextStepResult next) {
     task.lengths.assign(t.lengths().begin(), t.lengths().end());
     task.loss_weights.assign(t.loss_weights().begin(), t.loss_weights().end());
     task.recompute = t.recompute();
+    task.ulysses = t.ulysses();
     task.group_ranks.assign(t.ranks().begin(), t.ranks().end());
     if (t.ranks_size() < 2) continue;
     const v1::CommGroup* group = nullptr;
@@ -229,6 +230,7 @@ absl::Status Client::ReportStep(const Step& step,
     timing.mutable_sample_lengths()->Add(task.lengths.begin(),
                                          task.lengths.end());
     timing.set_recompute(task.recompute);
+    timing.set_ulysses(task.ulysses);
     timing.set_seconds(task_seconds[i]);
   }
   if (agent_ != nullptr) return agent_->ReportTimings(report);

@@ -76,6 +76,9 @@ struct StepTask {
   double recompute = 0;
   /// Ascending global ranks of the group; this rank is one of them.
   std::vector<int> group_ranks;
+  /// The group's Ulysses degree (proto/plan.proto, Task.ulysses): u-way
+  /// Ulysses inside a (p / u)-way ring; 0 for the whole group (no ring).
+  int ulysses = 0;
   /// In-process mode, p > 1: the group's communicator, owned by the client
   /// (valid until it is destroyed; use it from one thread at a time): host
   /// pointers on Gloo, device pointers on NCCL (see

@@ -111,6 +111,13 @@ absl::Status TakeGroup(const v1::Task& task, int rank, const GroupsById& groups,
   out.group_ranks.assign(task.ranks().begin(), task.ranks().end());
   out.group_rank = static_cast<int>(it - task.ranks().begin());
   out.group_id = task.group_id();
+  if (task.ulysses() < 0 ||
+      (task.ulysses() > 0 && task.ranks_size() % task.ulysses() != 0)) {
+    return error.Task(t, "Ulysses degree ", task.ulysses(),
+                      " must be 0 (the whole group) or divide the group of ",
+                      task.ranks_size());
+  }
+  out.ulysses = task.ulysses() > 0 ? task.ulysses() : task.ranks_size();
   if (task.ranks_size() == 1) {
     if (task.group_id() != 0) {
       return error.Task(t, "a single-rank task has group_id 0, not ",

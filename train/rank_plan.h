@@ -41,6 +41,9 @@ struct RankTask {
   std::vector<int> group_ranks;
   /// This rank's index in `group_ranks`.
   int group_rank = 0;
+  /// The group's Ulysses degree u (Task.ulysses, 0 there read as p): u-way
+  /// Ulysses inside a (p / u)-way ring; p when the group has no ring.
+  int ulysses = 1;
   /// CommGroup.rendezvous_prefix of the group: where its members meet.
   /// Empty when p = 1, and in plans that did not come from a scheduler.
   std::string rendezvous_prefix;

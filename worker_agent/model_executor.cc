@@ -71,6 +71,7 @@ v1::TimingReport Report(const v1::RankStep& step, const RankPlan& plan,
     timing.set_tokens(task.total_tokens);
     for (int64_t length : task.lengths) timing.add_sample_lengths(length);
     timing.set_recompute(task.recompute);
+    timing.set_ulysses(task.ulysses);
     // The scheduler refuses times that are not positive; a clock that did
     // not move (a coarse one) still reports a positive time.
     timing.set_seconds(std::max(stats.task_seconds[m], 1e-9));

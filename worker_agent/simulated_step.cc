@@ -22,6 +22,7 @@ StepExecution SimulateStep(const v1::RankStep& step, absl::Duration task_time) {
     timing.set_tokens(tokens);
     for (int64_t length : task.lengths()) timing.add_sample_lengths(length);
     timing.set_recompute(task.recompute());
+    timing.set_ulysses(task.ulysses());
     timing.set_seconds(seconds);
 
     ExecutedTask& ran = out.tasks.emplace_back();

@@ -115,6 +115,12 @@ absl::Status ValidateTaskFields(const v1::Task& task, int i, bool weighted,
   if (!(task.recompute() >= 0 && task.recompute() <= 1)) {
     return error.Task(i, "recompute ", task.recompute(), " is outside [0, 1]");
   }
+  if (task.ulysses() < 0 ||
+      (task.ulysses() > 0 && task.ranks_size() % task.ulysses() != 0)) {
+    return error.Task(i, "Ulysses degree ", task.ulysses(),
+                      " must be 0 (the whole group) or divide the group of ",
+                      task.ranks_size());
+  }
   if (weighted != (task.loss_weights_size() > 0)) {
     return error.Task(
         i, "loss_weights must be given on every task of a step or on none");
@@ -250,6 +256,7 @@ void ToProto(const StepPlan& plan, const LengthView& lengths, int64_t epoch,
       total_tokens += lengths[id];
     }
     wire->set_recompute(task.recompute);
+    wire->set_ulysses(task.ulysses);
     wire->set_task_index(i);
     for (int rank : task.ranks) wire->add_micro_steps(micro_steps[rank]++);
 
@@ -282,6 +289,7 @@ absl::StatusOr<StepPlan> FromProto(const v1::StepPlan& plan) {
     task.loss_weights.assign(wire.loss_weights().begin(),
                              wire.loss_weights().end());
     task.recompute = wire.recompute();
+    task.ulysses = wire.ulysses();
   }
   return out;
 }

@@ -27,7 +27,8 @@ class PlanProtoTest : public ::testing::Test {
   LengthView lengths() const { return LengthView(kLengths, 8192); }
 
   // Four ranks, one step: [0,1] runs sample 5 split, rank 2 packs 0 and 1,
-  // [0,1] again on sample 3, rank 1 alone on 4, [2,3] on sample 2.
+  // [0,1] again on sample 3, rank 1 alone on 4, [2,3] on sample 2 as a
+  // ring of two (Ulysses degree 1).
   static StepPlan Plan() {
     StepPlan plan;
     plan.step = 7;
@@ -43,6 +44,7 @@ class PlanProtoTest : public ::testing::Test {
     plan.tasks[2].loss_weights = {4096 / total};
     plan.tasks[3].loss_weights = {50 / total};
     plan.tasks[4].loss_weights = {300 / total};
+    plan.tasks[4].ulysses = 1;
     return plan;
   }
 
@@ -112,7 +114,9 @@ TEST_F(PlanProtoTest, RoundTripsThroughBytesAndFromProto) {
     EXPECT_EQ(back->tasks[i].samples, plan.tasks[i].samples) << i;
     EXPECT_EQ(back->tasks[i].loss_weights, plan.tasks[i].loss_weights) << i;
     EXPECT_EQ(back->tasks[i].recompute, plan.tasks[i].recompute) << i;
+    EXPECT_EQ(back->tasks[i].ulysses, plan.tasks[i].ulysses) << i;
   }
+  EXPECT_EQ(parsed.tasks(4).ulysses(), 1);
   // And the wire form is a fixed point.
   EXPECT_EQ(ToProto(*back, lengths(), 2).SerializeAsString(), bytes);
 }
@@ -285,6 +289,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"RecomputeAboveOne",
                 [](v1::StepPlan& p) { p.mutable_tasks(2)->set_recompute(1.5); },
                 "outside [0, 1]"},
+        BadCase{"UlyssesNotDividingTheGroup",
+                [](v1::StepPlan& p) { p.mutable_tasks(4)->set_ulysses(3); },
+                "task 4: Ulysses degree 3 must be 0 (the whole group) or "
+                "divide the group of 2"},
+        BadCase{"NegativeUlysses",
+                [](v1::StepPlan& p) { p.mutable_tasks(0)->set_ulysses(-2); },
+                "task 0: Ulysses degree -2"},
         BadCase{"TooFewWeights",
                 [](v1::StepPlan& p) {
                   p.mutable_tasks(1)->mutable_loss_weights()->RemoveLast();

@@ -39,12 +39,14 @@ class Task(_Frozen):
     derived as length / step tokens when it carries none); ``recompute``:
     the fraction of layers that recompute their activations;
     ``rendezvous_prefix``: where the group's members meet (empty for a
-    group of one; ``dcp.torch.group(task)`` forms the group).
+    group of one; ``dcp.torch.group(task)`` forms the group); ``ulysses``:
+    the group's Ulysses degree u, its ranks running u-way Ulysses inside a
+    (p / u)-way ring attention (0: the whole group, no ring).
     """
 
     __slots__ = ("task_index", "micro_step", "samples", "lengths",
                  "loss_weights", "recompute", "group_ranks",
-                 "rendezvous_prefix")
+                 "rendezvous_prefix", "ulysses")
 
     def __repr__(self):
         return ("dcp.Task(task_index=%d, samples=%d, group of %d, "
@@ -127,7 +129,8 @@ def _resolve(plan):
         task._set(task_index=t.task_index, micro_step=m,
                   samples=list(t.samples), lengths=lengths,
                   loss_weights=weights, recompute=t.recompute,
-                  group_ranks=ranks, rendezvous_prefix=prefix)
+                  group_ranks=ranks, rendezvous_prefix=prefix,
+                  ulysses=t.ulysses)
         tasks.append(task)
     step = Step()
     step._set(step=plan.step, epoch=plan.epoch,
@@ -441,7 +444,7 @@ class Client:
                 task_index=task.task_index, micro_step=task.micro_step,
                 group_size=len(task.group_ranks), tokens=sum(task.lengths),
                 sample_lengths=task.lengths, recompute=task.recompute,
-                seconds=s)
+                seconds=s, ulysses=task.ulysses)
         impl.report(message)
 
     @property
