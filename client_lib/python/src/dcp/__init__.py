@@ -16,8 +16,9 @@ Plain Python over grpcio and protobuf (any CPython >= 3.9; protobuf 3.20 to
 from the schema shipped in the package (dcp._messages); the client speaks
 the same RPCs as client_lib/client.h's, in process (dcp._agent) or to a
 ``dcp-agent --mode=serve`` beside the trainer. ``dcp.torch`` forms each
-task's torch.distributed group and holds the Ulysses exchange, the
-recompute helper and the packed loss; ``dcp.SyntheticCorpus`` is
+task's torch.distributed groups (Ulysses, and a ring around Ulysses
+subgroups) and holds the Ulysses exchange, ring attention, the recompute
+helper and the packed loss; ``dcp.SyntheticCorpus`` is
 train/corpus.h's corpus, token for token.
 """
 
