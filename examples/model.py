@@ -3,8 +3,9 @@ op for op, so that a Python rank and a C++ rank given the same weights, plan
 and tokens compute the same gradients.
 
 Token embedding; per layer RMSNorm -> attention (rotary positions,
-grouped-query heads, Ulysses over the task's group) -> residual, RMSNorm ->
-SwiGLU MLP -> residual; final RMSNorm; LM head; per-token cross-entropy.
+grouped-query heads, Ulysses over the task's group, or over its Ulysses
+subgroups with ring attention across them) -> residual, RMSNorm -> SwiGLU
+MLP -> residual; final RMSNorm; LM head; per-token cross-entropy.
 Attention is block-diagonal per sample, causal within it, and positions
 restart at 0 for each sample. Weights are drawn in float64 from a generator
 seeded with ``seed`` in the C++ model's order, then cast. (The C++ model's
@@ -13,7 +14,8 @@ non-causal DiT variant is not ported.)
     spec = load_spec("data/models/cpu-tiny.json")
     model = Transformer(spec, seed=0, dtype=torch.float64)
     loss = model.task_loss(inputs, targets, cu_seqlens, loss_weights,
-                           group=dcp.torch.group(task), recompute=task.recompute)
+                           group=dcp.torch.task_groups(task),
+                           recompute=task.recompute)
     loss.backward()
 """
 
@@ -39,18 +41,19 @@ def load_spec(path):
     return spec
 
 
-def kv_replication(heads, kv_heads, p):
-    """Copies of each key/value head sent so that they divide over p ranks
-    (train/sequence_layout.h HeadLayout)."""
+def kv_replication(heads, kv_heads, u):
+    """Copies of each key/value head sent so that they divide over the u
+    ranks of a Ulysses (sub)group (train/sequence_layout.h HeadLayout)."""
     if heads % kv_heads:
         raise ValueError("kv_heads (%d) must divide heads (%d)"
                          % (kv_heads, heads))
-    if heads % p:
-        raise ValueError("Ulysses sequence parallelism needs the group size "
-                         "p to divide the attention heads: p = %d, heads = %d"
-                         % (p, heads))
+    if heads % u:
+        raise ValueError("Ulysses sequence parallelism needs the Ulysses "
+                         "degree u (the group size in plain Ulysses) to "
+                         "divide the attention heads: u = %d, heads = %d"
+                         % (u, heads))
     for f in range(1, heads // kv_heads + 1):
-        if (kv_heads * f) % p == 0 and heads % (kv_heads * f) == 0:
+        if (kv_heads * f) % u == 0 and heads % (kv_heads * f) == 0:
             return f
     raise AssertionError("unreachable: f = heads / kv_heads always works")
 
@@ -62,16 +65,17 @@ def rms_norm(x, weight, eps):
 class _Run:
     """What every layer of one task reads besides its weights."""
 
-    def __init__(self, model, layout, group, rank):
+    def __init__(self, model, layout, groups):
         spec = model.spec
-        self.group, self.layout, self.rank = group, layout, rank
-        self.p = dt.size(group)
+        self.group, self.ring = groups.ulysses, groups.ring
+        self.layout, self.rank = layout, groups.rank
+        self.u = groups.ulysses_size
         self.heads, self.kv_heads = spec["heads"], spec["kv_heads"]
-        self.rep = kv_replication(self.heads, self.kv_heads, self.p)
+        self.rep = kv_replication(self.heads, self.kv_heads, self.u)
         self.head_dim = spec["hidden"] // spec["heads"]
         self.eps = model.norm_eps
         half = self.head_dim // 2
-        pos = torch.tensor(layout.positions(rank), dtype=torch.float64)
+        pos = torch.tensor(layout.positions(self.rank), dtype=torch.float64)
         inv_freq = torch.pow(model.rope_theta,
                              -torch.arange(half, dtype=torch.float64) / half)
         angles = torch.outer(pos, inv_freq).unsqueeze(1)
@@ -84,6 +88,13 @@ class _Run:
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat([x1 * self.cos - x2 * self.sin,
                           x2 * self.cos + x1 * self.sin], -1)
+
+    def attention(self, q, k, v):
+        """Attention over the tokens the Ulysses exchange gathered: the
+        whole padded pack, or with a ring this ring position's shard."""
+        if self.layout.ring > 1:
+            return dt.ring_attention(q, k, v, self.layout, self.ring)
+        return self.varlen_attention(q, k, v)
 
     def varlen_attention(self, q, k, v):
         """q [S, h, d], k, v [S, e, d]: block-diagonal causal attention per
@@ -132,22 +143,21 @@ class Layer(torch.nn.Module):
         self.w_down = draw((hidden, ffn), ffn_std)
 
     def attention(self, x, c):
-        s_local, p, d = x.shape[0], c.p, c.head_dim
+        s_local, u, d = x.shape[0], c.u, c.head_dim
         q = c.rope(F.linear(x, self.wq).view(s_local, c.heads, d))
         k = c.rope(F.linear(x, self.wk).view(s_local, c.kv_heads, d))
         v = F.linear(x, self.wv).view(s_local, c.kv_heads, d)
         if c.rep > 1:
             k = k.repeat_interleave(c.rep, 1)
             v = v.repeat_interleave(c.rep, 1)
-        h, e = c.heads // p, c.kv_heads * c.rep // p
+        h, e = c.heads // u, c.kv_heads * c.rep // u
         # Per destination rank: its query heads, then its kv heads.
-        qkv = torch.cat([q.reshape(s_local, p, h, d),
-                         k.reshape(s_local, p, e, d),
-                         v.reshape(s_local, p, e, d)], 2)
-        full = dt.sequence_to_heads(qkv.reshape(s_local, p * (h + 2 * e), d),
+        qkv = torch.cat([q.reshape(s_local, u, h, d),
+                         k.reshape(s_local, u, e, d),
+                         v.reshape(s_local, u, e, d)], 2)
+        full = dt.sequence_to_heads(qkv.reshape(s_local, u * (h + 2 * e), d),
                                     c.group)
-        out = c.varlen_attention(full[:, :h], full[:, h:h + e],
-                                 full[:, h + e:])
+        out = c.attention(full[:, :h], full[:, h:h + e], full[:, h + e:])
         out = dt.heads_to_sequence(out, c.group)
         return F.linear(out.reshape(s_local, c.heads * d), self.wo)
 
@@ -187,12 +197,15 @@ class Transformer(torch.nn.Module):
         """This rank's share of one packed task's weighted loss
         (dcp.torch.packed_loss). ``inputs``/``targets`` are int64 token ids
         of the whole pack ([T], targets[t] the token after inputs[t]);
-        ``cu_seqlens`` the samples' boundaries (0, ..., T). Every member of
-        ``group`` calls it with the same task."""
+        ``cu_seqlens`` the samples' boundaries (0, ..., T). ``group`` is
+        the task's group (plain Ulysses; None for one rank) or its
+        dcp.torch.TaskGroups (Ulysses subgroup and ring). Every member
+        calls it with the same task."""
         lengths = [b - a for a, b in zip(cu_seqlens, cu_seqlens[1:])]
-        p, r = dt.size(group), dt.rank(group)
-        layout = dt.PackLayout(lengths, p)
-        run = _Run(self, layout, group, r)
+        groups = group if isinstance(group, dt.TaskGroups) else \
+            dt.TaskGroups(group, None)
+        layout, r = groups.layout(lengths), groups.rank
+        run = _Run(self, layout, groups)
         x = self.embed[layout.shard(inputs, r)]
         x = dt.run_layers(self.layers, x, recompute, run)
         real = layout.real_tokens(r)

@@ -110,7 +110,7 @@ def train_dcp(args, model, optimizer, corpus, on_step):
             start = time.perf_counter()
             inputs, targets, cu_seqlens = pack(corpus, task.samples, task.lengths)
             loss = model.task_loss(inputs, targets, cu_seqlens, task.loss_weights,
-                                   dcp.torch.group(task), task.recompute)
+                                   dcp.torch.task_groups(task), task.recompute)
             loss.backward()
             loss_sum += loss.item()
             seconds.append(time.perf_counter() - start)
