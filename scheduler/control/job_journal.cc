@@ -40,6 +40,10 @@ state::CostModelState ModelState(const CostModel& model, int64_t refits) {
   out.set_a2a_fixed_intra(c.a2a_fixed_intra);
   out.set_a2a_byte_inter(c.a2a_byte_inter);
   out.set_a2a_fixed_inter(c.a2a_fixed_inter);
+  out.set_ring_byte_intra(c.ring_byte_intra);
+  out.set_ring_fixed_intra(c.ring_fixed_intra);
+  out.set_ring_byte_inter(c.ring_byte_inter);
+  out.set_ring_fixed_inter(c.ring_fixed_inter);
   out.set_fixed(c.fixed);
   out.set_grad_sync(c.grad_sync);
   out.set_mem_static(c.mem_static);
@@ -61,6 +65,19 @@ CostModel ModelFromState(const state::CostModelState& stored,
   c.a2a_fixed_intra = stored.a2a_fixed_intra();
   c.a2a_byte_inter = stored.a2a_byte_inter();
   c.a2a_fixed_inter = stored.a2a_fixed_inter();
+  if (stored.ring_byte_intra() == 0 && stored.ring_fixed_intra() == 0 &&
+      stored.ring_byte_inter() == 0 && stored.ring_fixed_inter() == 0) {
+    const CostModel::Coefficients& prior = like.coefficients();
+    c.ring_byte_intra = prior.ring_byte_intra;
+    c.ring_fixed_intra = prior.ring_fixed_intra;
+    c.ring_byte_inter = prior.ring_byte_inter;
+    c.ring_fixed_inter = prior.ring_fixed_inter;
+  } else {
+    c.ring_byte_intra = stored.ring_byte_intra();
+    c.ring_fixed_intra = stored.ring_fixed_intra();
+    c.ring_byte_inter = stored.ring_byte_inter();
+    c.ring_fixed_inter = stored.ring_fixed_inter();
+  }
   c.fixed = stored.fixed();
   c.grad_sync = stored.grad_sync();
   c.mem_static = stored.mem_static();

@@ -201,6 +201,10 @@ void ReportLedger::FillStatus(v1::StatusResponse* out) const {
   coefficients["a2a_fixed_intra"] = c.a2a_fixed_intra;
   coefficients["a2a_byte_inter"] = c.a2a_byte_inter;
   coefficients["a2a_fixed_inter"] = c.a2a_fixed_inter;
+  coefficients["ring_byte_intra"] = c.ring_byte_intra;
+  coefficients["ring_fixed_intra"] = c.ring_fixed_intra;
+  coefficients["ring_byte_inter"] = c.ring_byte_inter;
+  coefficients["ring_fixed_inter"] = c.ring_fixed_inter;
   coefficients["fixed"] = c.fixed;
   coefficients["grad_sync"] = c.grad_sync;
   coefficients["mem_static"] = c.mem_static;

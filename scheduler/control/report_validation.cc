@@ -187,6 +187,7 @@ absl::StatusOr<AcceptedTimings> ValidateTimingReport(
     o.intra_node =
         task.ranks(0) / node == task.ranks(task.ranks_size() - 1) / node;
     o.recompute = task.recompute();
+    o.ulysses = task.ulysses();
     o.lengths.assign(task.lengths().begin(), task.lengths().end());
     o.seconds = timing.seconds();
     o.memory_bytes = static_cast<double>(timing.peak_memory_bytes());
@@ -223,8 +224,14 @@ absl::StatusOr<std::vector<TaskObservation>> ValidateProfileReport(
     if (e.memory_bytes() < 0) {
       return Invalid(entry, "memory_bytes ", e.memory_bytes(), " is negative");
     }
+    if (e.ulysses() < 0 ||
+        (e.ulysses() > 0 && e.group_size() % e.ulysses() != 0)) {
+      return Invalid(entry, "ulysses ", e.ulysses(),
+                     " must be 0 or divide group_size ", e.group_size());
+    }
     TaskObservation& o = observations.emplace_back();
     o.group_size = e.group_size();
+    o.ulysses = e.ulysses();
     o.intra_node = e.group_size() <= limits.gpus_per_node;
     o.recompute = e.recompute();
     o.lengths = {e.length()};

@@ -31,6 +31,10 @@ CostModel CostModel::FromSpecs(const ClusterSpec& cluster,
   c.a2a_fixed_intra = 4.0 * cluster.intra_node_latency_s * layers;
   c.a2a_byte_inter = layers / cluster.inter_node_bw;
   c.a2a_fixed_inter = 4.0 * cluster.inter_node_latency_s * layers;
+  c.ring_byte_intra = layers / cluster.intra_node_bw;
+  c.ring_fixed_intra = cluster.intra_node_latency_s * layers;
+  c.ring_byte_inter = layers / cluster.inter_node_bw;
+  c.ring_fixed_inter = cluster.inter_node_latency_s * layers;
   c.fixed = cluster.overhead_per_layer_s * layers;
   c.grad_sync = 2.0 * (world_size - 1.0) / world_size * 2.0 *
                 model.TotalParams() / cluster.grad_sync_bw;
@@ -48,37 +52,65 @@ CostModel::CostModel(Coefficients c, ModelSpec model, double memory_cap,
       memory_cap_(memory_cap),
       gpus_per_node_(gpus_per_node) {}
 
-double CostModel::AllToAllVolume(double t, int p) const {
-  const double pd = p;
+double CostModel::AllToAllVolume(double t, int u) const {
+  const double ud = u;
   return 2.0 * t * model_.hidden *
-         (2.0 + 2.0 * std::max<double>(model_.kv_heads, pd) / model_.heads) *
-         (pd - 1.0) / pd;
+         (2.0 + 2.0 * std::max<double>(model_.kv_heads, ud) / model_.heads) *
+         (ud - 1.0) / ud;
+}
+
+void CostModel::AttentionAndRing(int p, bool intra_node, double tokens,
+                                 double attn_units, double recompute,
+                                 int ulysses, double* attention,
+                                 double* ring) const {
+  const int u = ulysses > 0 ? ulysses : p;
+  const double c = static_cast<double>(p) / u;
+  // Each ring step attends over chunks of s / c tokens: s * (s / c + half)
+  // per chunk pair, c of them a GPU's share.
+  *attention = c_.attn * (3.5 + recompute) / p *
+               (attn_units + (c - 1.0) * c_.attn_half * tokens);
+  *ring = 0;
+  if (c > 1) {
+    const double block = 4.0 * tokens / p * model_.hidden *
+                         std::max<double>(model_.kv_heads, u) / model_.heads;
+    const double byte = intra_node ? c_.ring_byte_intra : c_.ring_byte_inter;
+    const double fixed = intra_node ? c_.ring_fixed_intra : c_.ring_fixed_inter;
+    *ring = (3.0 + recompute) * (c - 1.0) * (byte * block + fixed);
+  }
 }
 
 double CostModel::TaskSecondsFromSums(int p, bool intra_node, double tokens,
-                                      double attn_units,
-                                      double recompute) const {
+                                      double attn_units, double recompute,
+                                      int ulysses) const {
+  const int u = ulysses > 0 ? ulysses : p;
   const double t = tokens / p;
+  double attention = 0, ring = 0;
+  AttentionAndRing(p, intra_node, tokens, attn_units, recompute, ulysses,
+                   &attention, &ring);
   double s = c_.lin * (3.0 + recompute) * (t + c_.gemm_half) +
-             c_.attn * (3.5 + recompute) / p * attn_units + c_.fixed;
-  if (p > 1) {
-    const double byte = intra_node ? c_.a2a_byte_intra : c_.a2a_byte_inter;
-    const double fixed = intra_node ? c_.a2a_fixed_intra : c_.a2a_fixed_inter;
-    s += (byte * AllToAllVolume(t, p) + fixed) * (2.0 + recompute);
+             std::max(attention, ring) + c_.fixed;
+  if (u > 1) {
+    // Subgroups of a ring, placed aligned to u, stay inside a node when u
+    // divides a node; a plain Ulysses group is the whole group.
+    const bool intra = intra_node || (u < p && gpus_per_node_ > 0 &&
+                                      gpus_per_node_ % u == 0);
+    const double byte = intra ? c_.a2a_byte_intra : c_.a2a_byte_inter;
+    const double fixed = intra ? c_.a2a_fixed_intra : c_.a2a_fixed_inter;
+    s += (byte * AllToAllVolume(t, u) + fixed) * (2.0 + recompute);
   }
   return s;
 }
 
 double CostModel::TaskSeconds(int p, bool intra_node,
                               absl::Span<const int64_t> lengths,
-                              double recompute) const {
+                              double recompute, int ulysses) const {
   double tokens = 0;
   double units = 0;
   for (int64_t s : lengths) {
     tokens += static_cast<double>(s);
     units += AttentionUnits(static_cast<double>(s));
   }
-  return TaskSecondsFromSums(p, intra_node, tokens, units, recompute);
+  return TaskSecondsFromSums(p, intra_node, tokens, units, recompute, ulysses);
 }
 
 double CostModel::MemoryBytes(double tokens_per_gpu, double recompute) const {
@@ -107,8 +139,9 @@ namespace {
 // scale. Attention's half stays: attn * attn_half multiplies
 // (3.5 + r) * sum_i s_i / p, the tokens of the task per GPU, which is all
 // but collinear with the linear term, and the two would trade off freely.
-constexpr int kNumTimeCoefficients = 8;
-constexpr int kLin = 0, kLinHalf = 1, kAttn = 2;
+constexpr int kNumTimeCoefficients = 12;
+constexpr int kLin = 0, kLinHalf = 1, kAttn = 2, kRingFirst = 7,
+              kRingEnd = 11;
 using TimeVector = std::array<double, kNumTimeCoefficients>;
 
 TimeVector TimeValues(const CostModel::Coefficients& c) {
@@ -119,6 +152,10 @@ TimeVector TimeValues(const CostModel::Coefficients& c) {
           c.a2a_fixed_intra,
           c.a2a_byte_inter,
           c.a2a_fixed_inter,
+          c.ring_byte_intra,
+          c.ring_fixed_intra,
+          c.ring_byte_inter,
+          c.ring_fixed_inter,
           c.fixed};
 }
 
@@ -132,7 +169,11 @@ void SetTimeValues(const TimeVector& v, CostModel::Coefficients& c) {
   c.a2a_fixed_intra = v[4];
   c.a2a_byte_inter = v[5];
   c.a2a_fixed_inter = v[6];
-  c.fixed = v[7];
+  c.ring_byte_intra = v[7];
+  c.ring_fixed_intra = v[8];
+  c.ring_byte_inter = v[9];
+  c.ring_fixed_inter = v[10];
+  c.fixed = v[11];
 }
 
 // The coefficients of a model whose time is the j-th term alone times one
@@ -164,6 +205,11 @@ absl::Status ValidateObservations(
           "observation ", i,
           ": needs a positive group size, at least one length, positive "
           "finite seconds and recompute in [0, 1]"));
+    }
+    if (o.ulysses < 0 || (o.ulysses > 0 && o.group_size % o.ulysses != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "observation ", i, ": Ulysses degree ", o.ulysses,
+          " must be 0 or divide the group size ", o.group_size));
     }
     for (int64_t s : o.lengths) {
       if (s <= 0) {
@@ -324,8 +370,27 @@ std::vector<TimeVector> TimeFeatures(
     for (size_t i = 0; i < observations.size(); ++i) {
       const TaskObservation& o = observations[i];
       features[i][j] =
-          m.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+          m.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute,
+                        o.ulysses);
       if (j == kLinHalf) features[i][j] -= features[i][kLin];
+    }
+  }
+  // Of attention and the ring only the longer adds to a task's time: the
+  // other's features are zero for it, as `model` sees the task.
+  for (size_t i = 0; i < observations.size(); ++i) {
+    const TaskObservation& o = observations[i];
+    double tokens = 0, units = 0;
+    for (int64_t s : o.lengths) {
+      tokens += static_cast<double>(s);
+      units += model.AttentionUnits(static_cast<double>(s));
+    }
+    double attention = 0, ring = 0;
+    model.AttentionAndRing(o.group_size, o.intra_node, tokens, units,
+                           o.recompute, o.ulysses, &attention, &ring);
+    if (ring > attention) {
+      features[i][kAttn] = 0;
+    } else {
+      for (int j = kRingFirst; j < kRingEnd; ++j) features[i][j] = 0;
     }
   }
   return features;
@@ -343,7 +408,8 @@ double CommonScale(const CostModel& model,
   std::vector<double> log_ratios;
   for (const TaskObservation& o : observations) {
     const double predicted =
-        model.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+        model.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute,
+                         o.ulysses);
     if (predicted > 0) log_ratios.push_back(std::log(o.seconds / predicted));
   }
   if (log_ratios.empty()) return 1;
@@ -437,7 +503,8 @@ double CostModel::MeanRelativeError(
   double sum = 0;
   for (const TaskObservation& o : observations) {
     const double pred =
-        TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+        TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute,
+                    o.ulysses);
     sum += std::abs(pred - o.seconds) / o.seconds;
   }
   return sum / observations.size();

@@ -14,6 +14,8 @@ namespace dcp {
 /// One measured (or profiled) task: what ran and how long it took.
 struct TaskObservation {
   int group_size = 1;
+  /// The group's Ulysses degree (0: the whole group, no ring).
+  int ulysses = 0;
   bool intra_node = true;
   double recompute = 0;
   /// Lengths of the sequences packed into the task.
@@ -32,10 +34,21 @@ inline constexpr double kMinTaskSeconds = 1e-9;
 /// The planner's own cost model: the analytic form of the reference model
 /// (docs/COST_MODEL.md) with coefficients that are fitted, not assumed.
 ///
+/// A task runs on p = u * c GPUs: u-way Ulysses inside a c-way ring
+/// (u = p, c = 1 when it has no ring; docs/COST_MODEL.md, "Hybrid groups").
+///
 /// time = lin * (3 + r) * (t + gemm_half)                  (t = tokens / p)
-///      + attn * (3.5 + r) / p * sum_i s_i * (s_i + attn_half)
-///      + [p > 1] (a2a_byte(intra) * vol(t, p) + a2a_fixed(intra)) * (2 + r)
+///      + max(attention, ring)
+///      + [u > 1] (a2a_byte(intra_u) * vol(t, u) + a2a_fixed(intra_u)) * (2 + r)
 ///      + fixed
+/// attention = attn * (3.5 + r) / p * sum_i s_i * (s_i + c * attn_half)
+/// ring = [c > 1] (3 + r) * (c - 1) * (ring_byte(intra) * block(t, u)
+///                                      + ring_fixed(intra))
+/// where block(t, u) = 4 t d max(kv, u) / heads is a K/V block's bytes, and
+/// the Ulysses subgroups count as inside a node (intra_u) when the whole
+/// group is, or when the group has a ring and u divides the GPUs of a node
+/// (subgroups start on ranks aligned to u, so such ones never straddle
+/// nodes; the planner places groups so).
 /// memory = mem_static + t * ((1 - r) * mem_token + r * mem_token_recompute
 ///                            + mem_token_base)
 ///
@@ -64,6 +77,10 @@ class CostModel {
     double a2a_fixed_intra = 0;
     double a2a_byte_inter = 0;
     double a2a_fixed_inter = 0;
+    double ring_byte_intra = 0;  ///< s per byte of a ring pass's block
+    double ring_fixed_intra = 0;  ///< s per ring pass
+    double ring_byte_inter = 0;
+    double ring_fixed_inter = 0;
     double fixed = 0;      ///< s per task
     double grad_sync = 0;  ///< s of gradient synchronisation per step
     double mem_static = 0;
@@ -78,16 +95,25 @@ class CostModel {
   CostModel(Coefficients c, ModelSpec model, double memory_cap,
             int gpus_per_node);
 
-  /// Predicted seconds of a task.
+  /// Predicted seconds of a task on `p` GPUs as `ulysses`-way Ulysses
+  /// inside a ring of p / ulysses (0: the whole group, no ring).
+  /// Precondition: `ulysses` is 0 or divides `p`.
   double TaskSeconds(int p, bool intra_node, absl::Span<const int64_t> lengths,
-                     double recompute) const;
-  /// The same from aggregates: total tokens and sum of s*(s + attn_half).
+                     double recompute, int ulysses = 0) const;
+  /// The same from aggregates: total tokens and sum of s*(s + attn_half)
+  /// (`AttentionUnits`; the ring's shorter chunks are added here).
   double TaskSecondsFromSums(int p, bool intra_node, double tokens,
-                             double attn_units, double recompute) const;
+                             double attn_units, double recompute,
+                             int ulysses = 0) const;
   /// s*(s + attn_half) for one sequence: attention work is additive in it.
   double AttentionUnits(double length) const {
     return length * (length + c_.attn_half);
   }
+  /// The attention and the ring passes of a task, before their overlap
+  /// (the task waits for the longer).
+  void AttentionAndRing(int p, bool intra_node, double tokens,
+                        double attn_units, double recompute, int ulysses,
+                        double* attention, double* ring) const;
   /// Predicted memory per GPU for `tokens_per_gpu` tokens on each GPU.
   double MemoryBytes(double tokens_per_gpu, double recompute) const;
   /// Gradient synchronisation at the end of a step.
@@ -100,9 +126,11 @@ class CostModel {
   const ModelSpec& model() const { return model_; }
   const Coefficients& coefficients() const { return c_; }
 
-  /// Re-estimates the time coefficients from observations: eight terms in
+  /// Re-estimates the time coefficients from observations: twelve terms in
   /// which a task's time is linear, lin, lin * gemm_half, attn, the four
-  /// all-to-all terms and fixed (so the shape of the GEMM efficiency curve
+  /// all-to-all terms, the four ring terms and fixed (of attention and the
+  /// ring, only the one this model predicts to be longer is linear in a
+  /// task's time; the other's features are zero for it) (so the shape of the GEMM efficiency curve
   /// is learned with its scale: a prior from another GPU has another
   /// half-efficiency token count). attn_half, the memory terms and the
   /// gradient sync stay (`FitSync` learns the latter). With n observations
@@ -146,7 +174,7 @@ class CostModel {
       absl::Span<const TaskObservation> observations) const;
 
  private:
-  double AllToAllVolume(double tokens_per_gpu, int p) const;
+  double AllToAllVolume(double tokens_per_gpu, int u) const;
 
   Coefficients c_;
   ModelSpec model_;

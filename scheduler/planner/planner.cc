@@ -34,6 +34,7 @@ StepPlan StepPlanner::Emit(int64_t step, const Draft& d,
       task.loss_weights.push_back(weight(items_[i]));
     }
     task.recompute = Recompute(t.config.k);
+    task.ulysses = t.config.u == t.config.p ? 0 : t.config.u;
     plan.tasks.push_back(std::move(task));
   }
   for (int r = 0; r < world_; ++r) {
@@ -240,13 +241,26 @@ absl::StatusOr<Planner> Planner::Create(CostModel model,
       return absl::InvalidArgumentError("split_thresholds must be positive");
     }
   }
-  const int heads = model.model().heads;
-  std::vector<int> sizes;
-  for (int p = 1; p <= options.world_size; ++p) {
-    if (options.world_size % p == 0 && heads % p == 0) sizes.push_back(p);
-  }
+  // Every size dividing the world, and every ring of a power of two
+  // Ulysses subgroups of a degree u the planner runs (see
+  // StepPlanner::RunsUlysses), which need not divide it: a sequence's ring
+  // passes take about s / u of time whatever the ring's length, so the
+  // longest sequences want the largest u the heads allow.
   if (model.gpus_per_node() <= 0) {
     return absl::InvalidArgumentError("gpus_per_node must be positive");
+  }
+  const int heads = model.model().heads;
+  const int node = model.gpus_per_node();
+  std::vector<int> sizes;
+  for (int p = 1; p <= options.world_size; ++p) {
+    bool size = options.world_size % p == 0;
+    for (int u = 1; u <= heads && !size; ++u) {
+      if (heads % u != 0 || p % u != 0) continue;
+      if (node % u != 0 && u <= node && u != p) continue;
+      const int c = p / u;
+      size = (c & (c - 1)) == 0;
+    }
+    if (size) sizes.push_back(p);
   }
   return Planner(std::move(model), std::move(options), std::move(sizes));
 }

@@ -76,14 +76,38 @@ TEST(PlannerTest, PlansAreValidAndCoverEverySampleOnce) {
   }
 }
 
-TEST(PlannerTest, NonPowerOfTwoGroupsAreUsedWhenTheyAreTheRightSize) {
+TEST(PlannerTest, GroupSizesAreTheWorldsDivisorsAndRingsOfUlyssesGroups) {
+  // 24 GPUs, 12 heads: every size dividing the world (8 and 24 beyond the
+  // heads), and 16 = 4 x 4 too, a ring of four Ulysses groups of 4, which
+  // does not divide the world.
   Cluster s{*BuiltinModel("dit-video-1.3b"), 24};
+  ASSERT_EQ(s.model.heads, 12);
   PlannerOptions o;
   o.world_size = 24;
   absl::StatusOr<Planner> planner =
       Planner::Create(CostModel::FromSpecs(s.cluster, s.model, 24), o);
   ASSERT_TRUE(planner.ok());
-  EXPECT_EQ(planner->group_sizes(), (std::vector<int>{1, 2, 3, 4, 6, 12}));
+  const std::vector<int>& sizes = planner->group_sizes();
+  EXPECT_TRUE(std::is_sorted(sizes.begin(), sizes.end()));
+  for (int p = 1; p <= 24; ++p) {
+    const bool listed = std::find(sizes.begin(), sizes.end(), p) != sizes.end();
+    if (24 % p == 0) {
+      EXPECT_TRUE(listed) << p;
+    }
+  }
+  EXPECT_NE(std::find(sizes.begin(), sizes.end(), 16), sizes.end());
+  // 4096 GPUs: rings of 12-way Ulysses groups (12 * 2^k) beside the powers
+  // of two.
+  o.world_size = 4096;
+  absl::StatusOr<Planner> big =
+      Planner::Create(CostModel::FromSpecs(s.cluster, s.model, 4096), o);
+  ASSERT_TRUE(big.ok());
+  for (int p : {12, 24, 768, 3072}) {
+    EXPECT_NE(std::find(big->group_sizes().begin(), big->group_sizes().end(),
+                        p),
+              big->group_sizes().end())
+        << p;
+  }
 }
 
 TEST(PlannerTest, LongSequencesGetGroupsInsideANode) {
@@ -209,26 +233,65 @@ TEST(PlannerTest, NeverWorseThanOneGroupSizeForEverySequence) {
   EXPECT_LE(plan->predicted_makespan_s, one_pack + costs.SyncSeconds() + 1e-9);
 }
 
-TEST(PlannerTest, RecomputeIsUsedOnlyWhenMemoryNeedsIt) {
-  // A single head allows no sequence parallelism: a 60K sequence cannot fit
-  // one GPU at r = 0 (about 24K tokens on 8 ranks), so it must be
-  // recomputed; the short ones must not be.
+TEST(PlannerTest, ASequenceNoGpuHoldsRunsOnARingPastTheHeads) {
+  // A single head allows no Ulysses: a 60K sequence cannot fit one GPU at
+  // r = 0 (about 24K tokens on 8 ranks), so it runs on a ring (u = 1) of
+  // several GPUs, recomputing only if its share still does not fit; the
+  // short ones run alone, without recompute.
   ModelSpec one_head = *BuiltinModel("llama3-8b");
   one_head.heads = 1;
   one_head.kv_heads = 1;
   Cluster s{one_head, 8};
+  const CostModel costs = CostModel::FromSpecs(s.cluster, s.model, 8);
+  ASSERT_GT(60000, costs.MaxTokensPerGpu(0));
   std::vector<int32_t> lengths = {60000, 500, 700};
   LengthView view(lengths, 131072);
   StepPlan plan = PlanOrDie(s, AllIds(lengths.size()), view);
+  int long_tasks = 0;
   for (const TaskPlan& t : plan.tasks) {
     const bool has_long =
         std::find(t.samples.begin(), t.samples.end(), 0) != t.samples.end();
+    const int p = static_cast<int>(t.ranks.size());
     if (has_long) {
-      EXPECT_GT(t.recompute, 0.0);
+      ++long_tasks;
+      EXPECT_GT(p, 1);
+      EXPECT_EQ(t.ulysses, 1);
+      EXPECT_EQ(t.recompute > 0, 60000.0 / p > costs.MaxTokensPerGpu(0));
     } else {
+      EXPECT_EQ(p, 1);
       EXPECT_EQ(t.recompute, 0.0);
     }
   }
+  EXPECT_EQ(long_tasks, 1);
+}
+
+TEST(PlannerTest, HybridGroupsNameADegreeDividingTheHeadsAndTheGroup) {
+  // Two heads on 16 GPUs and sequences that need 8 GPUs or more: every task
+  // larger than the heads is Ulysses inside a ring, with a degree that
+  // divides both; plain Ulysses tasks leave the degree at 0.
+  ModelSpec two_heads = *BuiltinModel("llama3-8b");
+  two_heads.heads = 2;
+  two_heads.kv_heads = 1;
+  Cluster s{two_heads, 16};
+  const CostModel costs = CostModel::FromSpecs(s.cluster, s.model, 16);
+  const int32_t longest = static_cast<int32_t>(7.5 * costs.MaxTokensPerGpu(1));
+  std::vector<int32_t> lengths = {longest, longest / 2, 3000, 900, 400};
+  LengthView view(lengths, 1 << 30);
+  StepPlan plan = PlanOrDie(s, AllIds(lengths.size()), view);
+  bool ring_beyond_heads = false;
+  for (const TaskPlan& t : plan.tasks) {
+    const int p = static_cast<int>(t.ranks.size());
+    if (p > two_heads.heads) {
+      ASSERT_GT(t.ulysses, 0) << "a group of " << p << " has no degree";
+      ring_beyond_heads = true;
+    }
+    if (t.ulysses > 0) {
+      EXPECT_EQ(two_heads.heads % t.ulysses, 0);
+      EXPECT_EQ(p % t.ulysses, 0);
+      EXPECT_LT(t.ulysses, p);
+    }
+  }
+  EXPECT_TRUE(ring_beyond_heads);
 }
 
 TEST(PlannerTest, RejectsWhatCannotBePlanned) {

@@ -230,8 +230,9 @@ double StepPlanner::Predict(const StepPlan& plan) const {
     const bool intra = t.ranks.front() / node_ == t.ranks.back() / node_;
     double start = 0;
     for (int r : t.ranks) start = std::max(start, free[r]);
-    const double end = start + model_.TaskSecondsFromSums(p, intra, tokens,
-                                                          units, t.recompute);
+    const double end =
+        start + model_.TaskSecondsFromSums(p, intra, tokens, units,
+                                           t.recompute, t.ulysses);
     for (int r : t.ranks) free[r] = end;
   }
   return *std::max_element(free.begin(), free.end()) + model_.SyncSeconds();

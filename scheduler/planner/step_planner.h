@@ -38,9 +38,11 @@ struct Block {
   bool intra = true;
 };
 
-// The (group size, recompute step) a long sequence runs with.
+// The (group size, Ulysses degree, recompute step) a long sequence runs
+// with: u-way Ulysses inside a (p / u)-way ring.
 struct GroupConfig {
   int p = 0;
+  int u = 1;
   int k = 0;  // recompute = k / layers
   double dur_intra = 0;
   double dur_inter = 0;
@@ -238,6 +240,19 @@ class StepPlanner {
   absl::Status ComputeGroupConfigs();
   absl::Status AddGroupConfigs(int i);
   GroupConfig MakeConfig(const Item& it, int p, int k) const;
+  // Whether the planner runs groups of p as u-way Ulysses: the whole group,
+  // or subgroups whose placement the cost model knows (groups start on
+  // multiples of their size, so subgroups of a u dividing a node never
+  // straddle nodes, and those of a u larger than a node always do).
+  bool RunsUlysses(int p, int u) const {
+    return u == p || node_ % u == 0 || u > node_;
+  }
+  // The Ulysses degree (dividing the heads and p) under which a task of
+  // `tokens` and `units` on p GPUs runs fastest at recompute step k.
+  int BestUlysses(int p, double tokens, double units, int k) const;
+  // The one Ulysses degree of the uniform candidate of p: the best for the
+  // step's longest sequence at the least recompute that holds it.
+  int UniformUlysses(int p) const;
   std::vector<Block> BlocksOf(int p) const;
   // Splits the sequences into groups and short ones for a split threshold,
   // places the groups and estimates the step time (`WaterLevel`).
@@ -262,7 +277,7 @@ class StepPlanner {
   void Fill(std::vector<int>* short_items, Draft* d) const;
   double LongDuration(const LongTask& t, bool intra) const {
     return model_.TaskSecondsFromSums(t.config.p, intra, t.tokens, t.units,
-                                      Recompute(t.config.k));
+                                      Recompute(t.config.k), t.config.u);
   }
   void Deal(const std::vector<int>& short_items, Draft* d) const;
   void Refine(Draft* d) const;

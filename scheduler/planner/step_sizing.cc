@@ -77,21 +77,48 @@ void StepPlanner::ChooseShortPackConfig() {
   short_cost_per_token_ = PackCost(short_cap_, 0) / short_cap_;
 }
 
+int StepPlanner::BestUlysses(int p, double tokens, double units, int k) const {
+  const int heads = model_.model().heads;
+  const bool intra = p <= node_;
+  const double r = Recompute(k);
+  int best_u = 1;
+  double best = std::numeric_limits<double>::infinity();
+  for (int u = std::min(heads, p); u >= 1; --u) {
+    if (heads % u != 0 || p % u != 0 || !RunsUlysses(p, u)) continue;
+    const double s = model_.TaskSecondsFromSums(p, intra, tokens, units, r, u);
+    if (s < best * (1 - 1e-12)) {
+      best = s;
+      best_u = u;
+    }
+  }
+  return best_u;
+}
+
+int StepPlanner::UniformUlysses(int p) const {
+  const Item& longest = items_.front();
+  const int k = MinRecompute(longest.length / p);
+  return BestUlysses(p, longest.length, longest.units, std::max(k, 0));
+}
+
 GroupConfig StepPlanner::MakeConfig(const Item& it, int p, int k) const {
   GroupConfig c;
   c.p = p;
   c.k = k;
+  c.u = BestUlysses(p, it.length, it.units, k);
   const double r = Recompute(k);
-  c.dur_intra = model_.TaskSecondsFromSums(p, true, it.length, it.units, r);
-  c.dur_inter = model_.TaskSecondsFromSums(p, false, it.length, it.units, r);
+  c.dur_intra =
+      model_.TaskSecondsFromSums(p, true, it.length, it.units, r, c.u);
+  c.dur_inter =
+      model_.TaskSecondsFromSums(p, false, it.length, it.units, r, c.u);
   c.area = p * (p <= node_ ? c.dur_intra : c.dur_inter);
   c.spare_tokens = std::floor(p * max_tokens_[k]) - it.length;
   // Marginal GPU-seconds per token of a short sequence added to the group
   // (linear and all-to-all work; attention is the same anywhere).
   const double step = 1024;
   c.fill_cost_per_token = p *
-                          (model_.TaskSecondsFromSums(
-                               p, p <= node_, it.length + step, it.units, r) -
+                          (model_.TaskSecondsFromSums(p, p <= node_,
+                                                      it.length + step,
+                                                      it.units, r, c.u) -
                            (p <= node_ ? c.dur_intra : c.dur_inter)) /
                           step;
   c.fill_area =

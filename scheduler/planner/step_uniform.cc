@@ -23,6 +23,7 @@ std::optional<Draft> StepPlanner::BuildUniform(int p) const {
   // With one ratio for every task, packs hold what fits at that ratio.
   const int k0 = fixed_k_ < 0 ? 0 : fixed_k_;
   const double cap = max_tokens_[k0] * p;
+  const int u = UniformUlysses(p);
   std::vector<LongTask> packs;
   // A B-tree keeps equal keys in insertion order like std::multimap, with
   // far fewer allocations.
@@ -47,6 +48,7 @@ std::optional<Draft> StepPlanner::BuildUniform(int p) const {
     LongTask t;
     t.item = i;
     t.config.p = p;
+    t.config.u = u;
     t.config.k = std::max(k, k0);
     t.tokens = it.length;
     t.units = it.units;
@@ -110,15 +112,22 @@ double StepPlanner::UniformBound(int p, double total_tokens,
       items_.begin());
   const double capped = over * cap + (total_tokens - prefix_tokens_[over]);
   const double packs = std::ceil(capped / cap * (1 - 1e-12));
-  const double empty = model_.TaskSecondsFromSums(p, intra, 0, 0, 0);
+  // The ring's passes overlap the attention, so a pack's constant there
+  // (the ring's latency) is left out of `empty`: a sum of tasks' times is
+  // still at least the whole work's time plus the other constants.
+  const int u = UniformUlysses(p);
+  double empty_attention = 0, empty_ring = 0;
+  model_.AttentionAndRing(p, intra, 0, 0, 0, u, &empty_attention, &empty_ring);
+  const double empty =
+      model_.TaskSecondsFromSums(p, intra, 0, 0, 0, u) - empty_ring;
   const double total =
-      model_.TaskSecondsFromSums(p, intra, total_tokens, total_units, 0) +
+      model_.TaskSecondsFromSums(p, intra, total_tokens, total_units, 0, u) +
       std::max(0.0, packs - 1) * empty;
   const Item& longest = items_.front();
   const int k = MinRecompute(longest.length / p);
   if (k < 0) return std::numeric_limits<double>::infinity();  // cannot run
   const double first = model_.TaskSecondsFromSums(
-      p, intra, longest.length, longest.units, Recompute(k));
+      p, intra, longest.length, longest.units, Recompute(k), u);
   return std::max(total * p / world_, first);
 }
 
