@@ -17,6 +17,15 @@ namespace dcp::train {
 /// Tokens at index >= T are padding: they attend to nothing, nothing attends
 /// to them and they carry no loss.
 ///
+/// Hybrid groups (u-way Ulysses inside a c-way ring, p = u * c, c > 1) lay
+/// the pack out zig-zag instead (ring_spec.md): with k = ceil(T / (2 c u))
+/// the pack is padded to P = 2 c u k tokens and cut into 2c chunks of
+/// C = u k tokens; ring position j holds chunk j then chunk 2c-1-j (its ring
+/// shard), and member m = j u + i holds tokens [2 i k, 2 (i + 1) k) of it,
+/// so shard_tokens = 2k. A member's tokens still ascend in the pack, so its
+/// real tokens are its first ones. With c == 1 the layout is the contiguous
+/// one above, unchanged.
+///
 /// Plain value type, thread-compatible, torch-free so planners and loaders
 /// can use it.
 ///
@@ -25,15 +34,23 @@ namespace dcp::train {
 ///   layout.RealTokensInShard(3);     // 5
 class PackLayout {
  public:
-  /// `shard_tokens` == 0 pads minimally (ceil(T / p)); a larger value pads
-  /// further (e.g. to a kernel's alignment). INVALID_ARGUMENT unless
-  /// cu_seqlens starts at 0 and strictly increases, group_size >= 1 and
-  /// shard_tokens * group_size >= T.
+  /// `shard_tokens` == 0 pads minimally (ceil(T / p), or 2 ceil(T / 2cu)
+  /// with a ring); a larger value pads further (e.g. to a kernel's
+  /// alignment). `ring_size` is c (1: no ring). INVALID_ARGUMENT unless
+  /// cu_seqlens starts at 0 and strictly increases, group_size >= 1,
+  /// ring_size >= 1 divides group_size, shard_tokens * group_size >= T and,
+  /// with a ring, shard_tokens is even; the message names the numbers.
   static absl::StatusOr<PackLayout> Create(std::vector<int64_t> cu_seqlens,
                                            int group_size,
-                                           int64_t shard_tokens = 0);
+                                           int64_t shard_tokens = 0,
+                                           int ring_size = 1);
 
+  /// p = u * c.
   int group_size() const { return group_size_; }
+  /// c: the ring length (1 without a ring).
+  int ring_size() const { return ring_size_; }
+  /// u = p / c: the Ulysses degree.
+  int ulysses() const { return group_size_ / ring_size_; }
   int num_samples() const { return static_cast<int>(cu_seqlens_.size()) - 1; }
   const std::vector<int64_t>& cu_seqlens() const { return cu_seqlens_; }
   /// T: real tokens of the pack.
@@ -45,8 +62,19 @@ class PackLayout {
   int64_t SampleLength(int sample) const {
     return cu_seqlens_[sample + 1] - cu_seqlens_[sample];
   }
-  /// Global index of the first token of `rank`'s shard.
-  int64_t ShardBegin(int rank) const { return rank * shard_tokens_; }
+  /// Global index of the first token of `rank`'s shard (without a ring its
+  /// shard is [ShardBegin, ShardBegin + shard_tokens)).
+  int64_t ShardBegin(int rank) const;
+  /// Global pack position of each token of group member `rank`'s shard
+  /// (shard_tokens entries, ascending; >= T for padding).
+  std::vector<int64_t> ShardGlobalPositions(int rank) const;
+  /// Global pack position of each token of ring position `ring_position`'s
+  /// ring shard (2C = u * shard_tokens entries: chunk j, then chunk 2c-1-j;
+  /// without a ring, the whole padded pack). Its members' shards, in member
+  /// order, are this ring shard.
+  std::vector<int64_t> RingShardPositions(int ring_position) const;
+  /// Sample holding global pack position `position`; -1 for padding.
+  int SampleAt(int64_t position) const;
   /// Real tokens of `rank`'s shard; they are its first ones (padding is last).
   int64_t RealTokensInShard(int rank) const;
   /// Sample of each real token of `rank`'s shard (RealTokensInShard entries).
@@ -57,14 +85,16 @@ class PackLayout {
 
  private:
   PackLayout(std::vector<int64_t> cu_seqlens, int group_size,
-             int64_t shard_tokens)
+             int64_t shard_tokens, int ring_size)
       : cu_seqlens_(std::move(cu_seqlens)),
         group_size_(group_size),
-        shard_tokens_(shard_tokens) {}
+        shard_tokens_(shard_tokens),
+        ring_size_(ring_size) {}
 
   std::vector<int64_t> cu_seqlens_;
   int group_size_;
   int64_t shard_tokens_;
+  int ring_size_;
 };
 
 /// How attention heads divide over a Ulysses group of p ranks.
