@@ -143,7 +143,7 @@ ProcessGroups::ProcessGroups(RendezvousStoreInterface* store, Options options,
 
 ProcessGroups::~ProcessGroups() {
   AbortAll();
-  absl::flat_hash_map<CommKey, Entry> entries;
+  absl::flat_hash_map<Slot, Entry> entries;
   {
     absl::MutexLock lock(&mu_);
     entries.swap(entries_);
@@ -156,18 +156,68 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Get(
   if (absl::Status s = CheckGroupRequest(key, options_.rank, prefix); !s.ok()) {
     return s;
   }
-  absl::StatusOr<c10d::ProcessGroup*> held = Claim(key);
+  return GetSlot(Slot(key, std::string()),
+                 absl::StrCat(absl::StripSuffix(prefix, "/"), "/c10d"));
+}
+
+absl::StatusOr<ProcessGroups::HybridGroups> ProcessGroups::Hybrid(
+    const CommKey& key, int ulysses, const std::string& prefix) {
+  if (absl::Status s = CheckGroupRequest(key, options_.rank, prefix); !s.ok()) {
+    return s;
+  }
+  const int p = static_cast<int>(key.ranks.size());
+  if (ulysses < 1 || p % ulysses != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group ", key.ToString(), ": the Ulysses degree u = ", ulysses,
+        " does not divide the group of p = ", p));
+  }
+  const int u = ulysses, c = p / u;
+  const int m = key.GroupRank(options_.rank), j = m / u, i = m % u;
+  const std::string base(absl::StripSuffix(prefix, "/"));
+  // Members first, first + stride, ... (count of them) of the task group,
+  // as a group of their own under `where`.
+  auto sub = [&](int first, int stride, int count, const std::string& where)
+      -> absl::StatusOr<c10d::ProcessGroup*> {
+    std::vector<int> ranks;
+    for (int t = 0; t < count; ++t) {
+      ranks.push_back(key.ranks[first + t * stride]);
+    }
+    absl::StatusOr<CommKey> sub_key =
+        CommKey::Make(std::move(ranks), key.epoch, key.purpose);
+    if (!sub_key.ok()) return sub_key.status();
+    return GetSlot(Slot(*std::move(sub_key), where), where);
+  };
+  HybridGroups groups;
+  if (u > 1) {
+    absl::StatusOr<c10d::ProcessGroup*> group =
+        sub(j * u, 1, u, absl::StrCat(base, "/u", j));
+    if (!group.ok()) return group.status();
+    groups.ulysses = *group;
+  }
+  if (c > 1) {
+    absl::StatusOr<c10d::ProcessGroup*> group =
+        sub(i, u, c, absl::StrCat(base, "/r", i));
+    if (!group.ok()) return group.status();
+    groups.ring = *group;
+  }
+  return groups;
+}
+
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::GetSlot(
+    const Slot& slot, const std::string& where) {
+  absl::StatusOr<c10d::ProcessGroup*> held = Claim(slot);
   if (!held.ok() || *held != nullptr) return held;
 
   const absl::Time start = options_.clock->Now();
-  absl::StatusOr<std::unique_ptr<Group>> formed = Form(key, prefix);
+  absl::StatusOr<std::unique_ptr<Group>> formed = Form(slot.first, where);
   if (formed.ok() && options_.on_formed) {
     options_.on_formed(options_.clock->Now() - start);
   }
-  return Keep(key, std::move(formed));
+  return Keep(slot, std::move(formed));
 }
 
-absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const CommKey& key) {
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const Slot& slot) {
+  const CommKey& key = slot.first;
   absl::MutexLock lock(&mu_);
   while (true) {
     if (aborted_) {
@@ -179,25 +229,26 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const CommKey& key) {
           absl::StrCat("group ", key.ToString(), ": epochs before ", min_epoch_,
                        " are evicted"));
     }
-    auto it = entries_.find(key);
+    auto it = entries_.find(slot);
     if (it == entries_.end()) break;
     if (!it->second.forming) return it->second.group->process_group.get();
     // Another thread forms it: wait for that formation to end.
-    auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      auto found = entries_.find(key);
+    auto settled = [this, &slot]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto found = entries_.find(slot);
       return aborted_ || found == entries_.end() || !found->second.forming;
     };
     mu_.Await(absl::Condition(&settled));
   }
-  entries_[key].forming = true;
+  entries_[slot].forming = true;
   return nullptr;
 }
 
 absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Keep(
-    const CommKey& key, absl::StatusOr<std::unique_ptr<Group>> formed) {
+    const Slot& slot, absl::StatusOr<std::unique_ptr<Group>> formed) {
+  const CommKey& key = slot.first;
   std::unique_ptr<Group> discard;  // Destroyed after the lock is released.
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(key);
+  auto it = entries_.find(slot);
   if (!formed.ok()) {
     entries_.erase(it);
     return formed.status();
@@ -220,11 +271,9 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Keep(
 }
 
 absl::StatusOr<std::unique_ptr<ProcessGroups::Group>> ProcessGroups::Form(
-    const CommKey& key, const std::string& prefix) {
+    const CommKey& key, const std::string& where) {
   const int group_rank = key.GroupRank(options_.rank);
   const int size = static_cast<int>(key.ranks.size());
-  const std::string where =
-      absl::StrCat(absl::StripSuffix(prefix, "/"), "/c10d");
   C10dRendezvousStore::Options store_options;
   const absl::Duration formation =
       key.purpose == CommPurpose::kDataParallel &&
@@ -299,7 +348,7 @@ int ProcessGroups::EvictBefore(int64_t epoch) {
     absl::MutexLock lock(&mu_);
     min_epoch_ = std::max(min_epoch_, epoch);
     for (auto it = entries_.begin(); it != entries_.end();) {
-      if (it->first.epoch < epoch && !it->second.forming) {
+      if (it->first.first.epoch < epoch && !it->second.forming) {
         it->second.group->process_group->Abort();
         evicted.push_back(std::move(it->second.group));
         entries_.erase(it++);

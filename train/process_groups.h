@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -116,6 +117,23 @@ class ProcessGroups {
   absl::StatusOr<c10d::ProcessGroup*> Get(const CommKey& key,
                                           const std::string& prefix);
 
+  /// The groups of one member of a hybrid task group (ring_spec.md): `key`
+  /// has p members and Ulysses degree `ulysses` u, c = p / u. Member m (its
+  /// index in key.ranks) is ring position j = m / u, Ulysses index i = m % u;
+  /// its Ulysses subgroup is members {j u .. j u + u - 1} (rank i), formed
+  /// under "<prefix>/u<j>", and its ring is members {i, u + i, ...} (rank j),
+  /// formed under "<prefix>/r<i>"; the subgroup first, then the ring. Each
+  /// is formed once and cached by that prefix (and epoch, for EvictBefore);
+  /// null where its size would be 1. The whole group of `key` is not
+  /// formed. INVALID_ARGUMENT as for Get, and when u does not divide p
+  /// (naming both); the formation errors of Get otherwise.
+  struct HybridGroups {
+    c10d::ProcessGroup* ulysses = nullptr;
+    c10d::ProcessGroup* ring = nullptr;
+  };
+  absl::StatusOr<HybridGroups> Hybrid(const CommKey& key, int ulysses,
+                                      const std::string& prefix);
+
   /// The data-parallel group of a world of `world_size` ranks in `epoch`
   /// (purpose kDataParallel: never taken for a sequence-parallel group of
   /// the same ranks), formed under `prefix`.
@@ -151,30 +169,38 @@ class ProcessGroups {
     std::unique_ptr<Group> group;  // Set once formed.
   };
 
+  // A cached group: its key, and for a hybrid subgroup the store prefix it
+  // formed under (empty for a task's whole group, cached by key alone).
+  using Slot = std::pair<CommKey, std::string>;
+
   ProcessGroups(RendezvousStoreInterface* store, Options options,
                 std::unique_ptr<Device> device);
+
+  // Get's path for `slot`, formed under the store prefix `where`.
+  absl::StatusOr<c10d::ProcessGroup*> GetSlot(const Slot& slot,
+                                              const std::string& where);
 
   // Claims the formation of `key` for this thread, waiting while another
   // thread forms it: the group when it is formed already, null when this
   // thread is to form it (its entry now says so).
-  absl::StatusOr<c10d::ProcessGroup*> Claim(const CommKey& key)
+  absl::StatusOr<c10d::ProcessGroup*> Claim(const Slot& slot)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ends this thread's formation of `key`: keeps the group `formed`, or
   // drops the entry when the formation failed or the groups were aborted
   // or the epoch evicted meanwhile.
   absl::StatusOr<c10d::ProcessGroup*> Keep(
-      const CommKey& key, absl::StatusOr<std::unique_ptr<Group>> formed)
+      const Slot& slot, absl::StatusOr<std::unique_ptr<Group>> formed)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Builds the group of `key` under `prefix` (no lock held).
+  // Builds the group of `key` under the store prefix `where` (no lock held).
   absl::StatusOr<std::unique_ptr<Group>> Form(const CommKey& key,
-                                              const std::string& prefix);
+                                              const std::string& where);
 
   RendezvousStoreInterface* const store_;
   const Options options_;
   const std::unique_ptr<Device> device_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<CommKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t min_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
 };
