@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "train/checkpoint.h"
+#include "train/ring_attention.h"
 #include "train/sequence_layout.h"
 #include "train/ulysses.h"
 
@@ -66,7 +67,9 @@ struct RunContext {
   std::vector<int64_t> cu_seqlens;
   int64_t total_tokens = 0;
   at::Tensor cos, sin;  // [shard_tokens, 1, head_dim / 2]
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;  // Ulysses (sub)group.
+  c10::intrusive_ptr<c10d::ProcessGroup> ring;   // Null unless c > 1.
+  RingMask ring_mask;
 };
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -116,7 +119,8 @@ at::Tensor VarlenAttention(const at::Tensor& q, const at::Tensor& k,
 
 // Ulysses attention on the rank's shard x [s/p, hidden]: project and rotate
 // on the shard, one all-to-all of q, k, v together to head-sharded, attention
-// over the whole sequence, one all-to-all back.
+// over the whole sequence (with a ring: over the ring shard, then round the
+// ring), one all-to-all back.
 at::Tensor Attention(const LayerWeights& w, const RunContext& c,
                      const at::Tensor& x) {
   const HeadLayout& hl = c.heads;
@@ -137,8 +141,12 @@ at::Tensor Attention(const LayerWeights& w, const RunContext& c,
               2)
           .reshape({s_local, p * (h + 2 * e), d});
   at::Tensor full = OrThrow(SequenceToHeads(qkv, c.group));  // [S, h+2e, d]
-  at::Tensor out = VarlenAttention(full.narrow(1, 0, h), full.narrow(1, h, e),
-                                   full.narrow(1, h + e, e), c);
+  at::Tensor out =
+      c.ring ? OrThrow(RingAttention(full.narrow(1, 0, h), full.narrow(1, h, e),
+                                     full.narrow(1, h + e, e), c.ring_mask,
+                                     c.ring))
+             : VarlenAttention(full.narrow(1, 0, h), full.narrow(1, h, e),
+                               full.narrow(1, h + e, e), c);
   out = OrThrow(HeadsToSequence(out, c.group));  // [s/p, heads, d]
   return at::linear(out.reshape({s_local, hl.heads * d}), w.wo);
 }
@@ -359,16 +367,24 @@ struct CheckedShard {
 
 // This rank's own checks of its shard.
 absl::StatusOr<CheckedShard> CheckShard(const TransformerOptions& o,
-                                        const TaskShard& shard, int p,
+                                        const TaskShard& shard, int u, int c,
                                         int rank) {
+  if (c > 1 && o.model.heads % u != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hybrid sequence parallelism needs the Ulysses degree u to divide the "
+        "attention heads: u = ",
+        u, ", heads = ", o.model.heads, " (group of p = ", u * c,
+        " as a ring of c = ", c, ")"));
+  }
   ASSIGN_OR_RETURN(HeadLayout heads,
-                   HeadLayout::Create(o.model.heads, o.model.kv_heads, p));
+                   HeadLayout::Create(o.model.heads, o.model.kv_heads, u));
   if (!shard.inputs.defined() || shard.inputs.dim() < 1 ||
       shard.inputs.size(0) == 0) {
     return absl::InvalidArgumentError("shard inputs are undefined or empty");
   }
-  ASSIGN_OR_RETURN(PackLayout layout, PackLayout::Create(shard.cu_seqlens, p,
-                                                         shard.inputs.size(0)));
+  ASSIGN_OR_RETURN(PackLayout layout,
+                   PackLayout::Create(shard.cu_seqlens, u * c,
+                                      shard.inputs.size(0), c));
   RETURN_IF_ERROR(CheckPlanFields(o, layout.num_samples(), shard.loss_weights,
                                   shard.recompute_ratio));
   const int64_t rows = layout.shard_tokens();
@@ -386,9 +402,20 @@ absl::StatusOr<CheckedShard> CheckShard(const TransformerOptions& o,
 // A rank that refuses its shard must not leave its peers waiting in the
 // first all-to-all, so the group agrees (one small all-reduce) on whether
 // every rank accepted and on the shard and pack sizes before any exchange.
+int SizeOf(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  return group ? group->getSize() : 1;
+}
+
+int RankOf(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  return group ? group->getRank() : 0;
+}
+
+// With a ring the vote runs over the Ulysses subgroup, then over the ring:
+// MIN of MINs is the whole group's MIN.
 absl::Status AgreeOnShard(const absl::Status& local, const TaskShard& shard,
-                          const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
-  if (!group || group->getSize() == 1) return local;
+                          const SequenceGroups& groups) {
+  const int p = SizeOf(groups.ulysses) * SizeOf(groups.ring);
+  if (p == 1) return local;
   const int64_t rows = shard.inputs.defined() && shard.inputs.dim() >= 1
                            ? shard.inputs.size(0)
                            : -1;
@@ -399,18 +426,20 @@ absl::Status AgreeOnShard(const absl::Status& local, const TaskShard& shard,
   try {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MIN;
-    group->allreduce(votes, options)->wait();
+    for (const auto* group : {&groups.ulysses, &groups.ring}) {
+      if (SizeOf(*group) > 1) (*group)->allreduce(votes, options)->wait();
+    }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "agreeing on the task over the sequence-parallel group of ",
-        group->getSize(), " failed: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("agreeing on the task over the sequence-parallel group of ",
+                     p, " failed: ", e.what()));
   }
   if (!local.ok()) return local;
   const auto v = votes[0].accessor<int64_t, 1>();
   if (v[0] == 0) {
     return absl::AbortedError(
-        absl::StrCat("another rank of the sequence-parallel group of ",
-                     group->getSize(), " refused its shard of this task"));
+        absl::StrCat("another rank of the sequence-parallel group of ", p,
+                     " refused its shard of this task"));
   }
   if (v[1] != -v[2] || v[3] != -v[4]) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -424,9 +453,10 @@ absl::Status AgreeOnShard(const absl::Status& local, const TaskShard& shard,
 }  // namespace
 
 absl::StatusOr<TaskShard> ShardTask(const PackedTask& task, int group_size,
-                                    int rank) {
-  ASSIGN_OR_RETURN(PackLayout layout,
-                   PackLayout::Create(task.cu_seqlens, group_size));
+                                    int rank, int ring_size) {
+  ASSIGN_OR_RETURN(PackLayout layout, PackLayout::Create(task.cu_seqlens,
+                                                         group_size, 0,
+                                                         ring_size));
   if (rank < 0 || rank >= group_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside a group of ", group_size));
@@ -446,8 +476,22 @@ absl::StatusOr<TaskShard> ShardTask(const PackedTask& task, int group_size,
   shard.cu_seqlens = task.cu_seqlens;
   shard.loss_weights = task.loss_weights;
   shard.recompute_ratio = task.recompute_ratio;
-  shard.inputs = PadRows(task.inputs.narrow(0, begin, real), padding);
-  shard.targets = PadRows(task.targets.narrow(0, begin, real), padding);
+  if (ring_size == 1) {
+    shard.inputs = PadRows(task.inputs.narrow(0, begin, real), padding);
+    shard.targets = PadRows(task.targets.narrow(0, begin, real), padding);
+    return shard;
+  }
+  // Zig-zag: the real tokens (the shard's first) may come from two chunks.
+  std::vector<int64_t> positions = layout.ShardGlobalPositions(rank);
+  positions.resize(real);
+  try {
+    at::Tensor index = at::tensor(positions, at::kLong);
+    shard.inputs = PadRows(task.inputs.index_select(0, index), padding);
+    shard.targets = PadRows(task.targets.index_select(0, index), padding);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cutting the shard failed: ", e.what()));
+  }
   return shard;
 }
 
@@ -487,12 +531,12 @@ Transformer::Transformer(TransformerOptions options,
 Transformer::~Transformer() = default;
 
 absl::StatusOr<TaskResult> Transformer::Run(
-    const TaskShard& shard,
-    const c10::intrusive_ptr<c10d::ProcessGroup>& group) const {
-  const int p = group ? group->getSize() : 1;
-  const int rank = group ? group->getRank() : 0;
-  absl::StatusOr<CheckedShard> checked = CheckShard(options_, shard, p, rank);
-  RETURN_IF_ERROR(AgreeOnShard(checked.status(), shard, group));
+    const TaskShard& shard, const SequenceGroups& groups) const {
+  const int u = SizeOf(groups.ulysses), c = SizeOf(groups.ring);
+  const int rank = RankOf(groups.ring) * u + RankOf(groups.ulysses);
+  absl::StatusOr<CheckedShard> checked =
+      CheckShard(options_, shard, u, c, rank);
+  RETURN_IF_ERROR(AgreeOnShard(checked.status(), shard, groups));
   try {
     auto context = std::make_shared<RunContext>();
     context->options = options_;
@@ -501,7 +545,20 @@ absl::StatusOr<TaskResult> Transformer::Run(
     context->total_tokens = checked->layout.total_tokens();
     std::tie(context->cos, context->sin) =
         RotaryTables(options_, checked->layout, rank);
-    context->group = group;
+    context->group = groups.ulysses;
+    if (c > 1) {
+      context->ring = groups.ring;
+      context->ring_mask.causal = options_.model.causal;
+      for (int j = 0; j < c; ++j) {
+        std::vector<int64_t> positions = checked->layout.RingShardPositions(j);
+        std::vector<int64_t> samples(positions.size());
+        for (size_t t = 0; t < positions.size(); ++t) {
+          samples[t] = checked->layout.SampleAt(positions[t]);
+        }
+        context->ring_mask.positions.push_back(std::move(positions));
+        context->ring_mask.samples.push_back(std::move(samples));
+      }
+    }
     return Forward(*weights_, shard, checked->layout, rank, std::move(context));
   } catch (const StatusError& e) {
     return e.status();

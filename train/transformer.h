@@ -73,8 +73,21 @@ struct TaskShard {
 
 /// Cuts rank `rank`'s shard out of a whole task for a group of
 /// `group_size`, padding the pack minimally (token 0 / zero features).
+/// `ring_size` c > 1 lays the pack out for u = group_size / c Ulysses
+/// inside a ring of c (zig-zag, see PackLayout); `rank` is then the member
+/// index m = j * u + i. INVALID_ARGUMENT (naming the numbers) when c does
+/// not divide the group.
 absl::StatusOr<TaskShard> ShardTask(const PackedTask& task, int group_size,
-                                    int rank);
+                                    int rank, int ring_size = 1);
+
+/// The groups one member of a task's group of p = u * c runs it on
+/// (ring_spec.md): its Ulysses subgroup (size u, rank i) and its ring (size
+/// c, rank j), so that its member index is m = j * u + i. A null group
+/// stands for a group of one. Not owned beyond the references held.
+struct SequenceGroups {
+  c10::intrusive_ptr<c10d::ProcessGroup> ulysses;
+  c10::intrusive_ptr<c10d::ProcessGroup> ring;
+};
 
 /// What one rank computes for its shard.
 struct TaskResult {
@@ -143,10 +156,21 @@ class Transformer {
   /// torch op fails.
   absl::StatusOr<TaskResult> Run(
       const TaskShard& shard,
-      const c10::intrusive_ptr<c10d::ProcessGroup>& group) const;
+      const c10::intrusive_ptr<c10d::ProcessGroup>& group) const {
+    return Run(shard, SequenceGroups{group, {}});
+  }
+  /// Run on a hybrid group: u-way Ulysses all-to-alls over
+  /// `groups.ulysses` around ring attention over `groups.ring` (when the
+  /// ring is longer than 1; else exactly the Ulysses path above). The shard
+  /// is the member's part of the zig-zag layout (ShardTask with ring_size =
+  /// c). The agreement runs over the subgroup, then the ring. Also
+  /// INVALID_ARGUMENT on every member when u does not divide the heads
+  /// (naming u, c and heads).
+  absl::StatusOr<TaskResult> Run(const TaskShard& shard,
+                                 const SequenceGroups& groups) const;
   /// Run without sequence parallelism (a group of one).
   absl::StatusOr<TaskResult> Run(const TaskShard& shard) const {
-    return Run(shard, c10::intrusive_ptr<c10d::ProcessGroup>());
+    return Run(shard, SequenceGroups());
   }
 
   /// Every parameter, in a fixed order (the same on every rank).
