@@ -15,6 +15,7 @@
 #include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
+#include "train/sequence_layout.h"
 #include "train/trainer_inputs.h"
 #include "train/trainer_internal.h"
 
@@ -157,12 +158,28 @@ absl::StatusOr<StepStats> RankTrainer::Step(const RankPlan& plan,
   return stats;
 }
 
+namespace {
+
+// A task whose group runs u-way Ulysses inside a ring of p / u > 1.
+bool IsHybrid(const RankTask& task) {
+  return task.ulysses >= 1 &&
+         task.ulysses < static_cast<int>(task.group_ranks.size());
+}
+
+}  // namespace
+
 absl::Status RankTrainer::FormTaskGroups(const RankPlan& plan) {
   for (const RankTask& task : plan.tasks) {
     if (task.group_ranks.size() < 2) continue;
     absl::StatusOr<CommKey> key = CommKey::Make(task.group_ranks, plan.epoch);
     absl::Status formed = key.status();
-    if (key.ok()) formed = groups_->Get(*key, task.rendezvous_prefix).status();
+    if (key.ok()) {
+      formed = IsHybrid(task) ? groups_->Hybrid(*key, task.ulysses,
+                                                task.rendezvous_prefix)
+                                    .status()
+                              : groups_->Get(*key, task.rendezvous_prefix)
+                                    .status();
+    }
     if (!formed.ok()) {
       return Annotate(formed, absl::StrCat(WhereTask(plan, task),
                                            ": forming its group"));
@@ -272,7 +289,14 @@ absl::StatusOr<StepStats> RankTrainer::RunStep(const RankPlan& plan,
 absl::Status RankTrainer::RunTask(const RankPlan& plan, const RankTask& task,
                                   bool refuse, TaskOutcome& outcome) {
   const int p = static_cast<int>(task.group_ranks.size());
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // c > 1: u-way Ulysses inside a ring of c (ring_spec.md).
+  const int ring = IsHybrid(task) ? p / task.ulysses : 1;
+  auto own = [](c10d::ProcessGroup* raw) {
+    return raw == nullptr ? c10::intrusive_ptr<c10d::ProcessGroup>()
+                          : c10::intrusive_ptr<c10d::ProcessGroup>::
+                                unsafe_reclaim_from_nonowning(raw);
+  };
+  SequenceGroups groups;
   if (p > 1) {
     if (groups_ == nullptr) {
       return absl::FailedPreconditionError(
@@ -280,27 +304,45 @@ absl::Status RankTrainer::RunTask(const RankPlan& plan, const RankTask& task,
                        " ranks needs process groups; this trainer has none"));
     }
     ASSIGN_OR_RETURN(CommKey key, CommKey::Make(task.group_ranks, plan.epoch));
-    ASSIGN_OR_RETURN(c10d::ProcessGroup * raw,
-                     groups_->Get(key, task.rendezvous_prefix));
-    group =
-        c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(
-            raw);
+    if (ring > 1) {
+      ASSIGN_OR_RETURN(
+          ProcessGroups::HybridGroups hybrid,
+          groups_->Hybrid(key, task.ulysses, task.rendezvous_prefix));
+      groups.ulysses = own(hybrid.ulysses);
+      groups.ring = own(hybrid.ring);
+    } else {
+      ASSIGN_OR_RETURN(c10d::ProcessGroup * raw,
+                       groups_->Get(key, task.rendezvous_prefix));
+      groups.ulysses = own(raw);
+    }
   }
   absl::StatusOr<TaskShard> shard =
       absl::AbortedError("refused: an earlier task of this rank failed");
+  int64_t real_tokens = task.shard.real_tokens;
   if (!refuse) {
+    // The zig-zag shard holds two ranges of the pack; the whole pack is
+    // materialised and ShardTask cuts them out.
+    RankTask whole = task;
+    if (ring > 1) whole.shard = ShardOfPack(task.total_tokens, 1, 0);
     absl::StatusOr<PackedTask> packed =
-        trainer_inputs::Materialise(plan, task, corpus_, options_.model);
-    shard =
-        packed.ok() ? ShardTask(*packed, p, task.group_rank) : packed.status();
+        trainer_inputs::Materialise(plan, whole, corpus_, options_.model);
+    shard = packed.ok() ? ShardTask(*packed, p, task.group_rank, ring)
+                        : packed.status();
+    if (shard.ok() && ring > 1) {
+      absl::StatusOr<PackLayout> layout =
+          PackLayout::Create(packed->cu_seqlens, p, 0, ring);
+      if (layout.ok()) real_tokens = layout->RealTokensInShard(task.group_rank);
+    }
   }
   if (!shard.ok()) {
     // An empty shard is refused in the group's first collective, so the
     // peers fail at once instead of waiting for this rank's exchange.
-    if (group) model_->Run(TaskShard(), group).status().IgnoreError();
+    if (groups.ulysses || groups.ring) {
+      model_->Run(TaskShard(), groups).status().IgnoreError();
+    }
     return shard.status();
   }
-  ASSIGN_OR_RETURN(TaskResult result, model_->Run(*shard, group));
+  ASSIGN_OR_RETURN(TaskResult result, model_->Run(*shard, groups));
   RETURN_IF_ERROR(Backward(result.loss));
   try {
     outcome.loss += result.loss.item<double>();
@@ -308,7 +350,7 @@ absl::Status RankTrainer::RunTask(const RankPlan& plan, const RankTask& task,
     return absl::InternalError(
         absl::StrCat("reading the task's loss failed: ", ExceptionText(e)));
   }
-  outcome.tokens += task.shard.real_tokens;
+  outcome.tokens += real_tokens;
   return absl::OkStatus();
 }
 

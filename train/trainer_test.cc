@@ -67,6 +67,8 @@ struct TaskSpec {
   std::vector<int64_t> samples;
   std::vector<int64_t> lengths;
   double recompute = 0;
+  /// Task.ulysses: 0 is the whole group.
+  int ulysses = 0;
 };
 
 // A plan as a scheduler would send it (one group per distinct rank set).
@@ -84,6 +86,7 @@ v1::StepPlan MakePlan(const std::vector<TaskSpec>& tasks) {
       total += tasks[t].lengths[i];
     }
     task.set_recompute(tasks[t].recompute);
+    task.set_ulysses(tasks[t].ulysses);
     if (tasks[t].ranks.size() > 1) {
       v1::CommGroup& group = *plan.add_groups();
       group.set_id(plan.groups_size());
@@ -386,6 +389,35 @@ TEST_F(TwoRanksTest, StepMatchesTheReference) {
   EXPECT_TRUE(Equal(Snapshot(*trainers[0]), Snapshot(*trainers[1])));
   EXPECT_EQ(stats[0]->loss, stats[1]->loss);
   EXPECT_EQ(stats[0]->grad_norm, stats[1]->grad_norm);
+}
+
+// The shared task as a ring of two (Ulysses degree 1, zig-zag layout):
+// the same step as one process.
+TEST_F(TwoRanksTest, ARingStepMatchesTheReference) {
+  std::vector<std::unique_ptr<ProcessGroups>> groups;
+  std::vector<std::unique_ptr<RankTrainer>> trainers;
+  for (int r = 0; r < 2; ++r) {
+    groups.push_back(Groups(r, absl::Seconds(60)));
+    ASSERT_NE(groups.back(), nullptr);
+    trainers.push_back(MakeTrainer(Options(2, r), groups.back().get()));
+    ASSERT_NE(trainers.back(), nullptr);
+  }
+  const v1::StepPlan plan = MakePlan(
+      {{{0, 1}, {1, 2}, {6, 7}, 0.5, /*ulysses=*/1}, {{1}, {3}, {9}, 0}});
+  std::vector<absl::StatusOr<StepStats>> stats = RunBoth(plan, trainers);
+  ASSERT_TRUE(stats[0].ok()) << stats[0].status();
+  ASSERT_TRUE(stats[1].ok()) << stats[1].status();
+  std::unique_ptr<RankTrainer> reference = MakeTrainer(Options(1, 0));
+  StepOptions keep;
+  keep.keep_gradients = true;
+  absl::StatusOr<StepStats> want = reference->ReferenceStep(plan, keep);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(MaxRelative(trainers[r]->gradients(), reference->gradients()),
+              1e-12);
+    EXPECT_NEAR(stats[r]->loss, want->loss, 1e-12);
+    EXPECT_EQ(stats[r]->tokens, 22);
+  }
 }
 
 // Rank 1 cannot make its half of the shared task: it refuses the task in the
