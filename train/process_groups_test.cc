@@ -59,6 +59,82 @@ float SumOfMembers(const std::vector<int>& ranks) {
   return sum;
 }
 
+// Ranks 0..3 as one task group of Ulysses degree 2 (a ring of 2): member m
+// is in the subgroup {2 (m / 2), 2 (m / 2) + 1} at rank m % 2 and in the ring
+// {m % 2, m % 2 + 2} at rank m / 2; asking again returns the cached groups.
+// With u = 1 the same members form rings of 4 and no subgroup.
+TEST(ProcessGroupsTest, HybridGroupsHoldTheSpecsMembers) {
+  InMemoryRendezvousStore store;
+  constexpr int kWorld = 4;
+  struct Result {
+    absl::Status status = absl::UnknownError("not run");
+    int ulysses_rank = -1, ring_rank = -1, held = -1;
+    float ulysses_sum = 0, ring_sum = 0, long_ring_sum = 0;
+    bool cached = false, no_subgroup = false;
+  };
+  std::vector<Result> results(kWorld);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Result& r = results[rank];
+      std::unique_ptr<ProcessGroups> groups =
+          MakeGroups(&store, rank, absl::Seconds(60));
+      if (groups == nullptr) return;
+      absl::StatusOr<ProcessGroups::HybridGroups> hybrid =
+          groups->Hybrid(Key({0, 1, 2, 3}), 2, "task/7");
+      absl::StatusOr<ProcessGroups::HybridGroups> again =
+          groups->Hybrid(Key({0, 1, 2, 3}), 2, "task/7");
+      absl::StatusOr<ProcessGroups::HybridGroups> rings =
+          groups->Hybrid(Key({0, 1, 2, 3}), 1, "task/8");
+      r.status = hybrid.ok() ? (again.ok() ? rings.status() : again.status())
+                             : hybrid.status();
+      if (!r.status.ok()) return;
+      r.held = groups->size();
+      r.cached = again->ulysses == hybrid->ulysses && again->ring == hybrid->ring;
+      r.no_subgroup = rings->ulysses == nullptr && rings->ring != nullptr &&
+                      rings->ring->getSize() == 4;
+      r.ulysses_rank = hybrid->ulysses->getRank();
+      r.ring_rank = hybrid->ring->getRank();
+      absl::StatusOr<float> u = AllReduce(hybrid->ulysses, rank + 1.0f);
+      absl::StatusOr<float> c = AllReduce(hybrid->ring, rank + 1.0f);
+      absl::StatusOr<float> l = AllReduce(rings->ring, rank + 1.0f);
+      if (!u.ok() || !c.ok() || !l.ok()) {
+        r.status = absl::InternalError("an all-reduce failed");
+        return;
+      }
+      r.ulysses_sum = *u;
+      r.ring_sum = *c;
+      r.long_ring_sum = *l;
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int m = 0; m < kWorld; ++m) {
+    const Result& r = results[m];
+    ASSERT_TRUE(r.status.ok()) << "rank " << m << ": " << r.status;
+    EXPECT_EQ(r.ulysses_rank, m % 2);
+    EXPECT_EQ(r.ring_rank, m / 2);
+    EXPECT_EQ(r.ulysses_sum, SumOfMembers({2 * (m / 2), 2 * (m / 2) + 1}));
+    EXPECT_EQ(r.ring_sum, SumOfMembers({m % 2, m % 2 + 2}));
+    EXPECT_EQ(r.long_ring_sum, SumOfMembers({0, 1, 2, 3}));
+    EXPECT_TRUE(r.cached);
+    EXPECT_TRUE(r.no_subgroup);
+    EXPECT_EQ(r.held, 3);  // subgroup, ring of 2, ring of 4
+  }
+}
+
+TEST(ProcessGroupsTest, HybridRefusesAUlyssesDegreeThatDoesNotDivide) {
+  InMemoryRendezvousStore store;
+  std::unique_ptr<ProcessGroups> groups =
+      MakeGroups(&store, 0, absl::Seconds(5));
+  ASSERT_NE(groups, nullptr);
+  absl::StatusOr<ProcessGroups::HybridGroups> hybrid =
+      groups->Hybrid(Key({0, 1, 2}), 2, "task/9");
+  EXPECT_EQ(hybrid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(hybrid.status().message(), AllOf(HasSubstr("u = 2"),
+                                               HasSubstr("p = 3")));
+  EXPECT_EQ(groups->size(), 0);
+}
+
 // Ranks 0..3 as threads: the pairs {0,1} and {2,3}, the sequence-parallel
 // group of all four and the data-parallel world, all formed at once (each
 // rank asks for its groups from two threads), then an all-reduce on each.

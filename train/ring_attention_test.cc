@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +69,10 @@ struct AttentionCase {
   int ring = 2;
   bool causal = true;
 };
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << "ring of " << c.ring << (c.causal ? ", causal" : ", full");
+}
 
 // q, k, v of the whole padded pack, attention of every query over every
 // key it may read (same sample, causal), rows without keys zero.
@@ -193,6 +198,8 @@ struct HybridCase {
 std::string Name(const HybridCase& h) {
   return absl::StrCat(h.causal ? "decoder" : "dit", "_u", h.u, "_c", h.c);
 }
+
+void PrintTo(const HybridCase& h, std::ostream* os) { *os << Name(h); }
 
 std::unique_ptr<Transformer> MakeModel(const HybridCase& h) {
   TransformerOptions options;
