@@ -122,6 +122,35 @@ TEST(ProcessGroupsTest, HybridGroupsHoldTheSpecsMembers) {
   }
 }
 
+// u = 2 then u = 1 under one task prefix would meet {0, 2} and {0, 1, 2, 3}
+// under the same "/r0" keys: every member refuses the second, before any
+// formation.
+TEST(ProcessGroupsTest, HybridRefusesASecondUlyssesDegreeUnderOnePrefix) {
+  InMemoryRendezvousStore store;
+  constexpr int kWorld = 4;
+  std::vector<absl::Status> first(kWorld), second(kWorld);
+  std::vector<int> held(kWorld, -1);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.emplace_back([&, rank] {
+      std::unique_ptr<ProcessGroups> groups =
+          MakeGroups(&store, rank, absl::Seconds(60));
+      if (groups == nullptr) return;
+      first[rank] = groups->Hybrid(Key({0, 1, 2, 3}), 2, "task/3").status();
+      second[rank] = groups->Hybrid(Key({0, 1, 2, 3}), 1, "task/3").status();
+      held[rank] = groups->size();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_TRUE(first[rank].ok()) << first[rank];
+    EXPECT_EQ(second[rank].code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(second[rank].message(),
+                AllOf(HasSubstr("u = 1"), HasSubstr("u = 2")));
+    EXPECT_EQ(held[rank], 2);
+  }
+}
+
 TEST(ProcessGroupsTest, HybridRefusesAUlyssesDegreeThatDoesNotDivide) {
   InMemoryRendezvousStore store;
   std::unique_ptr<ProcessGroups> groups =
