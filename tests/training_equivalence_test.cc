@@ -68,6 +68,8 @@ struct TaskSpec {
   double recompute = 0;
   // Empty: the trainer derives them (length / step tokens).
   std::vector<double> loss_weights;
+  // Task.ulysses: 0 is the whole group (no ring).
+  int ulysses = 0;
 };
 
 struct Case {
@@ -122,6 +124,16 @@ std::vector<Case> Cases() {
                     {{3, 4, 5}, {5, 6, 8}, 1.0, {}},
                     {{0, 1, 2, 3, 4, 5}, {13, 4}, 0.0, {}},
                     {{4}, {6}, 0.0, {}}}});
+  // Ulysses inside rings: 2-way Ulysses in a ring of 2 over ranks 0..3, a
+  // ring of 2 (u = 1) and one of 3, beside plain Ulysses over a pair; packs
+  // of 25, 13, 13 and 13 tokens, none a multiple of 2 c u.
+  cases.push_back({"hybrid_rings",
+                   4,
+                   Tiny(32, 4, 2, true),
+                   {{{0, 1, 2, 3}, {11, 9, 5}, 0.5, {}, 2},
+                    {{0, 1}, {7, 6}, 0.0, {}, 1},
+                    {{2, 3}, {9, 4}, 1.0, {}, 0},
+                    {{1, 2, 3}, {8, 5}, 0.5, {}, 1}}});
   // A group of 3 over 4 heads.
   cases.push_back({"bad_group_size",
                    4,
@@ -164,6 +176,7 @@ v1::StepPlan MakePlan(const Case& c, int64_t epoch) {
     }
     for (double w : spec.loss_weights) task.add_loss_weights(w);
     task.set_recompute(spec.recompute);
+    task.set_ulysses(spec.ulysses);
     if (spec.ranks.size() > 1) {
       auto [it, added] =
           group_ids.emplace(spec.ranks, static_cast<int>(group_ids.size()) + 1);
@@ -512,7 +525,7 @@ TEST_P(TrainingEquivalenceTest, RanksMatchOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, TrainingEquivalenceTest,
                          ::testing::Values("mixed_groups", "idle_rank_dit",
-                                           "groups_of_three"),
+                                           "groups_of_three", "hybrid_rings"),
                          [](const auto& info) { return info.param; });
 
 // A group of 3 over 4 heads: the group's members refuse the task, the rank

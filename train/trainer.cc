@@ -59,6 +59,7 @@ absl::StatusOr<RankPlan> WholeStep(const v1::StepPlan& plan) {
     task.add_ranks(0);
     task.set_group_id(0);
     task.clear_micro_steps();
+    task.clear_ulysses();  // One rank: no subgroups, no ring.
   }
   return RankPlanFromStep(whole, 0);
 }
