@@ -186,8 +186,9 @@ absl::StatusOr<ProcessGroups::HybridGroups> ProcessGroups::Hybrid(
   }
   // Members first, first + stride, ... (count of them) of the task group,
   // as a group of their own under `where`.
-  auto sub = [&](int first, int stride, int count, const std::string& where)
-      -> absl::StatusOr<c10d::ProcessGroup*> {
+  auto sub =
+      [&](int first, int stride, int count,
+          const std::string& where) -> absl::StatusOr<c10d::ProcessGroup*> {
     std::vector<int> ranks;
     for (int t = 0; t < count; ++t) {
       ranks.push_back(key.ranks[first + t * stride]);

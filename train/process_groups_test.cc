@@ -90,7 +90,8 @@ TEST(ProcessGroupsTest, HybridGroupsHoldTheSpecsMembers) {
                              : hybrid.status();
       if (!r.status.ok()) return;
       r.held = groups->size();
-      r.cached = again->ulysses == hybrid->ulysses && again->ring == hybrid->ring;
+      r.cached =
+          again->ulysses == hybrid->ulysses && again->ring == hybrid->ring;
       r.no_subgroup = rings->ulysses == nullptr && rings->ring != nullptr &&
                       rings->ring->getSize() == 4;
       r.ulysses_rank = hybrid->ulysses->getRank();
@@ -159,8 +160,8 @@ TEST(ProcessGroupsTest, HybridRefusesAUlyssesDegreeThatDoesNotDivide) {
   absl::StatusOr<ProcessGroups::HybridGroups> hybrid =
       groups->Hybrid(Key({0, 1, 2}), 2, "task/9");
   EXPECT_EQ(hybrid.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(hybrid.status().message(), AllOf(HasSubstr("u = 2"),
-                                               HasSubstr("p = 3")));
+  EXPECT_THAT(hybrid.status().message(),
+              AllOf(HasSubstr("u = 2"), HasSubstr("p = 3")));
   EXPECT_EQ(groups->size(), 0);
 }
 

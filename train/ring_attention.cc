@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cmath>
 #include <exception>
 #include <limits>
 #include <optional>
@@ -165,8 +166,8 @@ struct RingFunction : torch::autograd::Function<RingFunction> {
             probs * (at::matmul(doh, vh.transpose(1, 2)) - delta);
         dq = dq + at::matmul(dscores, kh) * plan->scale;
         at::Tensor dkh = at::matmul(dscores.transpose(1, 2), qh) * plan->scale;
-        dkv = dkv + at::stack({FromHeads(dkh, kv_heads),
-                               FromHeads(dvh, kv_heads)});
+        dkv = dkv +
+              at::stack({FromHeads(dkh, kv_heads), FromHeads(dvh, kv_heads)});
       }
       // After c passes the accumulators are home again.
       if (c > 1) dkv = Pass(*plan, dkv, kBackwardGradTag + s).Finish();
@@ -234,9 +235,9 @@ absl::StatusOr<at::Tensor> RingAttention(
         absl::StrCat("ring attention over a ring of ", c, " (ring rank ", rank,
                      ") failed: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("ring attention over a ring of ", c, " (ring rank ", rank,
-                     ") failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("ring attention over a ring of ",
+                                               c, " (ring rank ", rank,
+                                               ") failed: ", e.what()));
   }
 }
 

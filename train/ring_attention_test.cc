@@ -104,8 +104,8 @@ TEST_P(RingAttentionFunctionTest, MatchesDenseMaskedAttention) {
   const AttentionCase& tc = GetParam();
   const int c = tc.ring;
   // 13 tokens in 3 samples: with the zig-zag pad some rows are padding.
-  absl::StatusOr<PackLayout> layout = PackLayout::Create({0, 5, 6, 13}, c, 0,
-                                                         c);
+  absl::StatusOr<PackLayout> layout =
+      PackLayout::Create({0, 5, 6, 13}, c, 0, c);
   ASSERT_TRUE(layout.ok()) << layout.status();
   const int64_t total = layout->padded_tokens();
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
@@ -132,8 +132,8 @@ TEST_P(RingAttentionFunctionTest, MatchesDenseMaskedAttention) {
   }
   at::Tensor pos = at::tensor(all_positions, at::kLong);
   at::Tensor smp = at::tensor(all_samples, at::kLong);
-  at::Tensor allowed = smp.unsqueeze(1).eq(smp.unsqueeze(0)) &
-                       smp.ge(0).unsqueeze(1);
+  at::Tensor allowed =
+      smp.unsqueeze(1).eq(smp.unsqueeze(0)) & smp.ge(0).unsqueeze(1);
   if (tc.causal) allowed = allowed & pos.unsqueeze(0).le(pos.unsqueeze(1));
   at::Tensor reference = DenseAttention(q, k, v, allowed);
   (reference * weight).sum().backward();
@@ -147,11 +147,11 @@ TEST_P(RingAttentionFunctionTest, MatchesDenseMaskedAttention) {
     absl::StatusOr<at::Tensor> out = RingAttention(qj, kj, vj, mask, ring);
     ASSERT_TRUE(out.ok()) << out.status();
     (*out * weight.index_select(0, index)).sum().backward();
-    worst[j] = std::max(
-        {MaxAbsDiff(*out, reference.detach().index_select(0, index)),
-         MaxAbsDiff(qj.grad(), q.grad().index_select(0, index)),
-         MaxAbsDiff(kj.grad(), k.grad().index_select(0, index)),
-         MaxAbsDiff(vj.grad(), v.grad().index_select(0, index))});
+    worst[j] =
+        std::max({MaxAbsDiff(*out, reference.detach().index_select(0, index)),
+                  MaxAbsDiff(qj.grad(), q.grad().index_select(0, index)),
+                  MaxAbsDiff(kj.grad(), k.grad().index_select(0, index)),
+                  MaxAbsDiff(vj.grad(), v.grad().index_select(0, index))});
   });
   for (int j = 0; j < c; ++j) {
     EXPECT_GE(worst[j], 0) << "ring rank " << j << " did not finish";
@@ -173,10 +173,9 @@ TEST(RingAttentionFunctionTest, RefusesAMaskThatDoesNotFitTheShapes) {
   RingMask mask;
   mask.positions = {{0, 1, 2}};
   mask.samples = {{0, 0, 0}};
-  absl::StatusOr<at::Tensor> out =
-      RingAttention(at::zeros({4, 2, 2}, at::kDouble),
-                    at::zeros({4, 1, 2}, at::kDouble),
-                    at::zeros({4, 1, 2}, at::kDouble), mask, Group());
+  absl::StatusOr<at::Tensor> out = RingAttention(
+      at::zeros({4, 2, 2}, at::kDouble), at::zeros({4, 1, 2}, at::kDouble),
+      at::zeros({4, 1, 2}, at::kDouble), mask, Group());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("(4)"));
   out = RingAttention(at::zeros({3, 3, 2}, at::kDouble),
@@ -264,9 +263,9 @@ std::vector<MemberRun> RunHybrid(const HybridCase& h) {
     std::vector<int> members(p);
     for (int m = 0; m < p; ++m) members[m] = m;
     absl::StatusOr<ProcessGroups::HybridGroups> hybrid =
-        groups.ok() ? (*groups)->Hybrid(*CommKey::Make(members, 0), h.u, prefix)
-                    : absl::StatusOr<ProcessGroups::HybridGroups>(
-                          groups.status());
+        groups.ok()
+            ? (*groups)->Hybrid(*CommKey::Make(members, 0), h.u, prefix)
+            : absl::StatusOr<ProcessGroups::HybridGroups>(groups.status());
     run.status = hybrid.status();
     if (run.status.ok()) {
       auto own = [](c10d::ProcessGroup* g) {
@@ -320,8 +319,8 @@ TEST_P(HybridEquivalenceTest, GroupMatchesOneProcess) {
   std::vector<at::Tensor> grads;
   double output_diff = 0;
   for (int m = 0; m < p; ++m) {
-    ASSERT_TRUE(runs[m].status.ok()) << "member " << m << ": "
-                                     << runs[m].status;
+    ASSERT_TRUE(runs[m].status.ok())
+        << "member " << m << ": " << runs[m].status;
     loss = loss + runs[m].loss;
     for (size_t i = 0; i < runs[m].grads.size(); ++i) {
       if (grads.size() <= i) {
@@ -335,13 +334,13 @@ TEST_P(HybridEquivalenceTest, GroupMatchesOneProcess) {
     positions.resize(layout->RealTokensInShard(m));
     if (positions.empty()) continue;
     at::Tensor index = at::tensor(positions, at::kLong);
-    output_diff = std::max(
-        output_diff,
-        MaxAbsDiff(runs[m].output.narrow(0, 0, index.size(0)),
-                   reference->output.detach().index_select(0, index)));
+    output_diff =
+        std::max(output_diff,
+                 MaxAbsDiff(runs[m].output.narrow(0, 0, index.size(0)),
+                            reference->output.detach().index_select(0, index)));
   }
-  const double loss_diff = std::abs(loss.item<double>() -
-                                    reference->loss.item<double>());
+  const double loss_diff =
+      std::abs(loss.item<double>() - reference->loss.item<double>());
   ASSERT_EQ(grads.size(), reference_grads.size());
   double grad_diff = 0;
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -356,11 +355,11 @@ TEST_P(HybridEquivalenceTest, GroupMatchesOneProcess) {
             << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Groups, HybridEquivalenceTest,
-    ::testing::Values(HybridCase{1, 2}, HybridCase{1, 4}, HybridCase{2, 2},
-                      HybridCase{4, 1}, HybridCase{2, 2, /*causal=*/false}),
-    [](const auto& info) { return Name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Groups, HybridEquivalenceTest,
+                         ::testing::Values(HybridCase{1, 2}, HybridCase{1, 4},
+                                           HybridCase{2, 2}, HybridCase{4, 1},
+                                           HybridCase{2, 2, /*causal=*/false}),
+                         [](const auto& info) { return Name(info.param); });
 
 // ---- Bad input.
 

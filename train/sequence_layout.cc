@@ -49,8 +49,7 @@ absl::StatusOr<PackLayout> PackLayout::Create(std::vector<int64_t> cu_seqlens,
         " every shard holds two halves, so shard_tokens must be even, not ",
         shard_tokens));
   }
-  return PackLayout(std::move(cu_seqlens), group_size, shard_tokens,
-                    ring_size);
+  return PackLayout(std::move(cu_seqlens), group_size, shard_tokens, ring_size);
 }
 
 int64_t PackLayout::ShardBegin(int rank) const {

@@ -175,11 +175,10 @@ absl::Status RankTrainer::FormTaskGroups(const RankPlan& plan) {
     absl::StatusOr<CommKey> key = CommKey::Make(task.group_ranks, plan.epoch);
     absl::Status formed = key.status();
     if (key.ok()) {
-      formed = IsHybrid(task) ? groups_->Hybrid(*key, task.ulysses,
-                                                task.rendezvous_prefix)
-                                    .status()
-                              : groups_->Get(*key, task.rendezvous_prefix)
-                                    .status();
+      formed = IsHybrid(task)
+                   ? groups_->Hybrid(*key, task.ulysses, task.rendezvous_prefix)
+                         .status()
+                   : groups_->Get(*key, task.rendezvous_prefix).status();
     }
     if (!formed.ok()) {
       return Annotate(formed, absl::StrCat(WhereTask(plan, task),
@@ -293,9 +292,10 @@ absl::Status RankTrainer::RunTask(const RankPlan& plan, const RankTask& task,
   // c > 1: u-way Ulysses inside a ring of c (ring_spec.md).
   const int ring = IsHybrid(task) ? p / task.ulysses : 1;
   auto own = [](c10d::ProcessGroup* raw) {
-    return raw == nullptr ? c10::intrusive_ptr<c10d::ProcessGroup>()
-                          : c10::intrusive_ptr<c10d::ProcessGroup>::
-                                unsafe_reclaim_from_nonowning(raw);
+    return raw == nullptr
+               ? c10::intrusive_ptr<c10d::ProcessGroup>()
+               : c10::intrusive_ptr<
+                     c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(raw);
   };
   SequenceGroups groups;
   if (p > 1) {

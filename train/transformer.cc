@@ -382,9 +382,9 @@ absl::StatusOr<CheckedShard> CheckShard(const TransformerOptions& o,
       shard.inputs.size(0) == 0) {
     return absl::InvalidArgumentError("shard inputs are undefined or empty");
   }
-  ASSIGN_OR_RETURN(PackLayout layout,
-                   PackLayout::Create(shard.cu_seqlens, u * c,
-                                      shard.inputs.size(0), c));
+  ASSIGN_OR_RETURN(
+      PackLayout layout,
+      PackLayout::Create(shard.cu_seqlens, u * c, shard.inputs.size(0), c));
   RETURN_IF_ERROR(CheckPlanFields(o, layout.num_samples(), shard.loss_weights,
                                   shard.recompute_ratio));
   const int64_t rows = layout.shard_tokens();
@@ -430,9 +430,9 @@ absl::Status AgreeOnShard(const absl::Status& local, const TaskShard& shard,
       if (SizeOf(*group) > 1) (*group)->allreduce(votes, options)->wait();
     }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("agreeing on the task over the sequence-parallel group of ",
-                     p, " failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        "agreeing on the task over the sequence-parallel group of ", p,
+        " failed: ", e.what()));
   }
   if (!local.ok()) return local;
   const auto v = votes[0].accessor<int64_t, 1>();
@@ -454,9 +454,9 @@ absl::Status AgreeOnShard(const absl::Status& local, const TaskShard& shard,
 
 absl::StatusOr<TaskShard> ShardTask(const PackedTask& task, int group_size,
                                     int rank, int ring_size) {
-  ASSIGN_OR_RETURN(PackLayout layout, PackLayout::Create(task.cu_seqlens,
-                                                         group_size, 0,
-                                                         ring_size));
+  ASSIGN_OR_RETURN(
+      PackLayout layout,
+      PackLayout::Create(task.cu_seqlens, group_size, 0, ring_size));
   if (rank < 0 || rank >= group_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside a group of ", group_size));
