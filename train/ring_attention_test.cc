@@ -358,7 +358,9 @@ TEST_P(HybridEquivalenceTest, GroupMatchesOneProcess) {
 INSTANTIATE_TEST_SUITE_P(Groups, HybridEquivalenceTest,
                          ::testing::Values(HybridCase{1, 2}, HybridCase{1, 4},
                                            HybridCase{2, 2}, HybridCase{4, 1},
-                                           HybridCase{2, 2, /*causal=*/false}),
+                                           HybridCase{2, 2, /*causal=*/false},
+                                           // kv heads replicated in a ring.
+                                           HybridCase{4, 2}),
                          [](const auto& info) { return Name(info.param); });
 
 // ---- Bad input.
