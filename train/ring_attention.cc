@@ -151,12 +151,17 @@ struct RingFunction : torch::autograd::Function<RingFunction> {
     at::Tensor lse_safe = Safe(lse).unsqueeze(-1);
     at::Tensor dq = at::zeros_like(qh);
     at::Tensor kv = at::stack({k, v});
-    at::Tensor dkv = at::zeros_like(kv);  // Travels with kv.
+    // The dK/dV accumulator of the block held travels with it: pass s sends
+    // it on while the next block's share is computed, and after c passes
+    // each accumulator is home again.
+    std::optional<Pass> grads_in_flight;
+    at::Tensor dkv;
     for (int s = 0; s < c; ++s) {
       const int source = (plan->rank - s + c) % c;
       std::optional<Pass> next;
       if (s + 1 < c) next.emplace(*plan, kv, kBackwardKvTag + s);
       const at::Tensor allowed = plan->Allowed(source);
+      at::Tensor share;  // This rank's queries' dK/dV of the block.
       if (allowed.any().item<bool>()) {
         at::Tensor kh = ToHeads(kv[0], group), vh = ToHeads(kv[1], group);
         at::Tensor probs =
@@ -166,13 +171,19 @@ struct RingFunction : torch::autograd::Function<RingFunction> {
             probs * (at::matmul(doh, vh.transpose(1, 2)) - delta);
         dq = dq + at::matmul(dscores, kh) * plan->scale;
         at::Tensor dkh = at::matmul(dscores.transpose(1, 2), qh) * plan->scale;
-        dkv = dkv +
-              at::stack({FromHeads(dkh, kv_heads), FromHeads(dvh, kv_heads)});
+        share = at::stack({FromHeads(dkh, kv_heads), FromHeads(dvh, kv_heads)});
       }
-      // After c passes the accumulators are home again.
-      if (c > 1) dkv = Pass(*plan, dkv, kBackwardGradTag + s).Finish();
+      at::Tensor accumulated =
+          s == 0 ? at::zeros_like(kv) : grads_in_flight->Finish();
+      if (share.defined()) accumulated = accumulated + share;
+      if (c > 1) {
+        grads_in_flight.emplace(*plan, accumulated, kBackwardGradTag + s);
+      } else {
+        dkv = accumulated;
+      }
       if (next) kv = next->Finish();
     }
+    if (c > 1) dkv = grads_in_flight->Finish();
     return {dq.transpose(0, 1), dkv[0], dkv[1], at::Tensor()};
   }
 };
