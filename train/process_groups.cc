@@ -173,17 +173,9 @@ absl::StatusOr<ProcessGroups::HybridGroups> ProcessGroups::Hybrid(
   }
   const int u = ulysses, c = p / u;
   const int m = key.GroupRank(options_.rank), j = m / u, i = m % u;
-  const std::string base(absl::StripSuffix(prefix, "/"));
-  {
-    absl::MutexLock lock(&mu_);
-    auto [it, added] = hybrid_degrees_.try_emplace(base, key.epoch, u);
-    if (!added && it->second.second != u) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group ", key.ToString(), " under '", base, "': Ulysses degree u = ",
-          u, ", but an earlier task of this group had u = ", it->second.second,
-          "; the tasks of one group prefix must share their Ulysses degree"));
-    }
-  }
+  // The degree is in the name: tasks of one prefix may differ in u.
+  const std::string base =
+      absl::StrCat(absl::StripSuffix(prefix, "/"), "/h", u);
   // Members first, first + stride, ... (count of them) of the task group,
   // as a group of their own under `where`.
   auto sub =
@@ -367,9 +359,6 @@ int ProcessGroups::EvictBefore(int64_t epoch) {
         ++it;
       }
     }
-    absl::erase_if(hybrid_degrees_, [epoch](const auto& entry) {
-      return entry.second.first < epoch;
-    });
   }
   return static_cast<int>(evicted.size());
 }

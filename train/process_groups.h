@@ -121,16 +121,13 @@ class ProcessGroups {
   /// has p members and Ulysses degree `ulysses` u, c = p / u. Member m (its
   /// index in key.ranks) is ring position j = m / u, Ulysses index i = m % u;
   /// its Ulysses subgroup is members {j u .. j u + u - 1} (rank i), formed
-  /// under "<prefix>/u<j>", and its ring is members {i, u + i, ...} (rank j),
-  /// formed under "<prefix>/r<i>"; the subgroup first, then the ring. Each
-  /// is formed once and cached by that prefix (and epoch, for EvictBefore);
-  /// null where its size would be 1. The whole group of `key` is not
-  /// formed. INVALID_ARGUMENT as for Get, when u does not divide p (naming
-  /// both), and when `prefix` was asked for before with another u: the
-  /// subgroups' prefixes do not name u, so two degrees under one prefix
-  /// would meet different members under the same keys (every member sees
-  /// the group's tasks in the same order, so all refuse together). The
-  /// formation errors of Get otherwise.
+  /// under "<prefix>/h<u>/u<j>", and its ring is members {i, u + i, ...}
+  /// (rank j), formed under "<prefix>/h<u>/r<i>"; the subgroup first, then
+  /// the ring. The names carry u, so tasks of one prefix may differ in their
+  /// degree. Each is formed once and cached by that name (and epoch, for
+  /// EvictBefore); null where its size would be 1. The whole group of `key`
+  /// is not formed. INVALID_ARGUMENT as for Get and when u does not divide p
+  /// (naming both); the formation errors of Get otherwise.
   struct HybridGroups {
     c10d::ProcessGroup* ulysses = nullptr;
     c10d::ProcessGroup* ring = nullptr;
@@ -206,10 +203,6 @@ class ProcessGroups {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t min_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  // The Ulysses degree each hybrid task prefix was first asked for with,
-  // and its epoch (for EvictBefore).
-  absl::flat_hash_map<std::string, std::pair<int64_t, int>> hybrid_degrees_
-      ABSL_GUARDED_BY(mu_);
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
 };
 

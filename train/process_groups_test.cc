@@ -123,13 +123,14 @@ TEST(ProcessGroupsTest, HybridGroupsHoldTheSpecsMembers) {
   }
 }
 
-// u = 2 then u = 1 under one task prefix would meet {0, 2} and {0, 1, 2, 3}
-// under the same "/r0" keys: every member refuses the second, before any
-// formation.
-TEST(ProcessGroupsTest, HybridRefusesASecondUlyssesDegreeUnderOnePrefix) {
+// u = 2 then u = 1 under one task prefix (a group whose tasks differ in
+// their degree): the second forms its own ring of all four, not the pairs'
+// ring {0, 2} or {1, 3} the first formed.
+TEST(ProcessGroupsTest, HybridFormsEachUlyssesDegreeUnderOnePrefixApart) {
   InMemoryRendezvousStore store;
   constexpr int kWorld = 4;
-  std::vector<absl::Status> first(kWorld), second(kWorld);
+  std::vector<absl::Status> status(kWorld, absl::UnknownError("not run"));
+  std::vector<float> pair_ring(kWorld), long_ring(kWorld);
   std::vector<int> held(kWorld, -1);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < kWorld; ++rank) {
@@ -137,18 +138,32 @@ TEST(ProcessGroupsTest, HybridRefusesASecondUlyssesDegreeUnderOnePrefix) {
       std::unique_ptr<ProcessGroups> groups =
           MakeGroups(&store, rank, absl::Seconds(60));
       if (groups == nullptr) return;
-      first[rank] = groups->Hybrid(Key({0, 1, 2, 3}), 2, "task/3").status();
-      second[rank] = groups->Hybrid(Key({0, 1, 2, 3}), 1, "task/3").status();
+      absl::StatusOr<ProcessGroups::HybridGroups> first =
+          groups->Hybrid(Key({0, 1, 2, 3}), 2, "task/3");
+      absl::StatusOr<ProcessGroups::HybridGroups> second =
+          groups->Hybrid(Key({0, 1, 2, 3}), 1, "task/3");
+      if (!first.ok() || !second.ok()) {
+        status[rank] = first.ok() ? second.status() : first.status();
+        return;
+      }
+      absl::StatusOr<float> pair = AllReduce(first->ring, rank + 1.0f);
+      absl::StatusOr<float> all = AllReduce(second->ring, rank + 1.0f);
+      if (!pair.ok() || !all.ok()) {
+        status[rank] = pair.ok() ? all.status() : pair.status();
+        return;
+      }
+      status[rank] = absl::OkStatus();
+      pair_ring[rank] = *pair;
+      long_ring[rank] = *all;
       held[rank] = groups->size();
     });
   }
   for (std::thread& t : ranks) t.join();
   for (int rank = 0; rank < kWorld; ++rank) {
-    EXPECT_TRUE(first[rank].ok()) << first[rank];
-    EXPECT_EQ(second[rank].code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(second[rank].message(),
-                AllOf(HasSubstr("u = 1"), HasSubstr("u = 2")));
-    EXPECT_EQ(held[rank], 2);
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank];
+    EXPECT_EQ(pair_ring[rank], SumOfMembers({rank % 2, rank % 2 + 2}));
+    EXPECT_EQ(long_ring[rank], SumOfMembers({0, 1, 2, 3}));
+    EXPECT_EQ(held[rank], 3);  // subgroup, ring of 2, ring of 4
   }
 }
 

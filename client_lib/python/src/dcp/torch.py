@@ -217,8 +217,9 @@ def task_groups(task, timeout=datetime.timedelta(minutes=5)):
     """``task``'s TaskGroups for this process, a member of its group: with
     c == 1 (``task.ulysses`` 0 or the group size) the Ulysses group is
     ``group(task)``; otherwise member m forms the Ulysses subgroup
-    ``<prefix>/u<j>`` and the ring ``<prefix>/r<i>``, each once, cached by
-    prefix. Call it in task order on every member. ValueError (before any
+    ``<prefix>/h<u>/u<j>`` and the ring ``<prefix>/h<u>/r<i>``, each once,
+    cached by that name (which carries u: tasks of one prefix may differ in
+    their degree). Call it in task order on every member. ValueError (before any
     group is formed) when the task's Ulysses degree does not divide its
     group."""
     p = len(task.group_ranks)
@@ -228,7 +229,7 @@ def task_groups(task, timeout=datetime.timedelta(minutes=5)):
         return TaskGroups(group(task, timeout), None)
     m = _member(task)
     j, i = m // u, m % u
-    prefix = task.rendezvous_prefix
+    prefix = "%s/h%d" % (task.rendezvous_prefix.rstrip("/"), u)
     ulysses = None if u == 1 else \
         _cached("%s/u%d" % (prefix, j), i, u, timeout)
     ring = _cached("%s/r%d" % (prefix, i), j, c, timeout)
