@@ -61,7 +61,9 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
   };
   if (o.lengths.empty()) return bad("the length table is empty");
   if (o.window <= 0) return bad("window must be positive");
-  if (o.world_size <= 0) return bad("world_size must be positive");
+  if (o.world_size <= 0 || o.world_size > kMaxWorldSize) {
+    return bad(absl::StrCat("world_size must be 1 to ", kMaxWorldSize));
+  }
   if (o.tokens_per_step <= 0) return bad("tokens_per_step must be positive");
   if (o.lookahead_steps < 1) return bad("lookahead_steps must be at least 1");
   if (o.balance_steps < 0) return bad("balance_steps must be >= 0");

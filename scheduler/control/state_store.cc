@@ -238,6 +238,11 @@ absl::Status ApplyStateRecord(const state::StateRecord& record,
                               DurableState* state) {
   if (record.has_job()) {
     if (state->job.has_value()) return Refused("a second job");
+    if (record.job().world_size() < 1 ||
+        record.job().world_size() > kMaxWorldSize) {
+      return Refused(absl::StrCat("a job of ", record.job().world_size(),
+                                  " ranks (1 to ", kMaxWorldSize, ")"));
+    }
     state->job = record.job();
     state->members.clear();
     for (int r = 0; r < state->job->world_size(); ++r) {

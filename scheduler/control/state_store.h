@@ -19,6 +19,10 @@
 
 namespace dcp {
 
+/// The most ranks a job's world may have: a job record naming more is
+/// refused (its member list is built from the count).
+inline constexpr int kMaxWorldSize = 1 << 20;
+
 /// What a job's durable state holds: what a restarted control plane
 /// resumes from. Rebuilt by applying records in order (`ApplyStateRecord`).
 struct DurableState {

@@ -164,6 +164,27 @@ TEST(DurableStateTest, RefusesRecordsOutOfPlace) {
   EXPECT_EQ(state.planned_steps(), 1) << "a refused record changed the state";
 }
 
+// The job's world size is a count the state builds its member list from:
+// none, a negative one and one past kMaxWorldSize are refused (a fuzzed log
+// once asked for 2^29 members).
+TEST(DurableStateTest, RefusesAJobOfNoRanksOrTooMany) {
+  for (const int64_t world : {int64_t{0}, int64_t{-3},
+                              int64_t{kMaxWorldSize} + 1}) {
+    state::StateRecord job = JobRecord();
+    job.mutable_job()->set_world_size(static_cast<int32_t>(world));
+    DurableState state;
+    const absl::Status s = ApplyStateRecord(job, &state);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("a job of ", world)));
+    EXPECT_FALSE(state.job.has_value());
+  }
+  state::StateRecord largest = JobRecord();
+  largest.mutable_job()->set_world_size(kMaxWorldSize);
+  DurableState state;
+  ASSERT_TRUE(ApplyStateRecord(largest, &state).ok());
+  EXPECT_EQ(state.members.size(), static_cast<size_t>(kMaxWorldSize));
+}
+
 TEST(DurableStateTest, PurgeRemovesOlderEpochsOnly) {
   state::StateRecord purge;
   purge.set_store_purge_before(1);
