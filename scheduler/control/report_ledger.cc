@@ -150,7 +150,8 @@ int64_t ReportLedger::refits() const {
 
 double ReportLedger::RelativeError(const TaskObservation& o) const {
   const double predicted =
-      model_.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute);
+      model_.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute,
+                         o.ulysses);
   return std::abs(predicted - o.seconds) / o.seconds;
 }
 

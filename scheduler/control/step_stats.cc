@@ -17,7 +17,7 @@ std::vector<double> PredictedRankBusySeconds(const v1::StepPlan& plan,
     const double seconds = model.TaskSeconds(
         task.ranks_size(), intra_node,
         absl::MakeConstSpan(task.lengths().data(), task.lengths_size()),
-        task.recompute());
+        task.recompute(), task.ulysses());
     for (int rank : task.ranks()) {
       if (rank >= 0 && rank < world_size) busy[rank] += seconds;
     }

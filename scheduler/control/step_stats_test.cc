@@ -44,6 +44,19 @@ TEST(PredictedRankBusySecondsTest, SumsTheModelsTaskTimesOfEachRank) {
   EXPECT_GT(b, model.TaskSeconds(2, true, {500}, 1.0));
 }
 
+// A hybrid task is timed with its Ulysses degree: the same four ranks as a
+// ring of four (u = 1) cost what the model says of a ring, not of Ulysses.
+TEST(PredictedRankBusySecondsTest, TimesAHybridTaskWithItsDegree) {
+  const CostModel model = Model();
+  v1::StepPlan plan;
+  AddTask(plan, {0, 1, 2, 3}, {4000}, 0.0)->set_ulysses(1);
+  const std::vector<double> busy = PredictedRankBusySeconds(plan, model, 4);
+  const double ring = model.TaskSeconds(4, false, {4000}, 0.0, 1);
+  ASSERT_EQ(busy.size(), 4u);
+  for (double b : busy) EXPECT_DOUBLE_EQ(b, ring);
+  EXPECT_NE(ring, model.TaskSeconds(4, false, {4000}, 0.0));
+}
+
 TEST(PredictedRankBusySecondsTest, RanksWithoutTasksAreIdle) {
   v1::StepPlan plan;
   AddTask(plan, {2}, {100}, 0.0);

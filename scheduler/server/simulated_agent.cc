@@ -90,11 +90,12 @@ void FillReport(AgentRun& run, int rank, const v1::RankStep& step,
     timing->set_task_index(task.task_index());
     timing->set_micro_step(i);
     timing->set_group_size(p);
+    timing->set_ulysses(task.ulysses());
     timing->set_seconds(std::max(
         1e-6, run.model.TaskSeconds(std::max(p, 1), intra,
                                     absl::MakeConstSpan(task.lengths().data(),
                                                         task.lengths_size()),
-                                    task.recompute())));
+                                    task.recompute(), task.ulysses())));
   }
   run.reports_sent.fetch_add(1, std::memory_order_relaxed);
   if (step.step() >= 0 && step.step() < run.max_steps) {
