@@ -57,7 +57,11 @@ struct RankTask {
   double recompute = 0;
   /// Sum of `lengths`: the tokens of the whole pack (all members).
   int64_t total_tokens = 0;
-  /// What this rank holds of the pack.
+  /// What this rank holds of the pack under plain Ulysses (one contiguous
+  /// range). With a ring (p / ulysses > 1) the rank holds two zig-zag ranges
+  /// instead (PackLayout and ShardTask of train/sequence_layout.h, given
+  /// the ring size); the trainer then cuts them from the whole pack and
+  /// counts its real tokens from that layout, not from this.
   PackShard shard;
 };
 
