@@ -115,8 +115,10 @@ class ControlPlaneStateTest : public ::testing::Test {
       for (int64_t l : lengths) tokens += l;
       t->set_tokens(tokens);
       t->set_recompute(task.recompute());
-      t->set_seconds(cluster->Cost(ranks, lengths, task.recompute()).total_s *
-                     slowdown);
+      t->set_seconds(
+          cluster->Cost(ranks, lengths, task.recompute(), task.ulysses())
+              .total_s *
+          slowdown);
     }
     report.set_sync_seconds(cluster->SyncSeconds() * slowdown);
     return report;
@@ -635,7 +637,8 @@ TEST_F(ControlPlaneStateTest, AShrinkAndAGrowSurviveRestarts) {
   EXPECT_THAT(outsider.message(), HasSubstr("not in the world of step 7"));
 }
 
-TEST_F(ControlPlaneStateTest, ARestartBeforeTheNewEpochsFirstPlanReservesAlike) {
+TEST_F(ControlPlaneStateTest,
+       ARestartBeforeTheNewEpochsFirstPlanReservesAlike) {
   FakeStateStore store;
   ControlPlaneOptions options = ShrinkOptions(&store);
   std::unique_ptr<ControlPlane> cp = StartShrunk(options);

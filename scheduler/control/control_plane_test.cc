@@ -109,8 +109,10 @@ class ControlPlaneTest : public ::testing::Test {
       t->set_tokens(tokens);
       t->mutable_sample_lengths()->Add(lengths.begin(), lengths.end());
       t->set_recompute(task.recompute());
-      t->set_seconds(cluster->Cost(ranks, lengths, task.recompute()).total_s *
-                     slowdown);
+      t->set_seconds(
+          cluster->Cost(ranks, lengths, task.recompute(), task.ulysses())
+              .total_s *
+          slowdown);
     }
     report.set_sync_seconds(cluster->SyncSeconds() *
                             sync_slowdown.value_or(slowdown));
@@ -924,8 +926,8 @@ TEST_F(ControlPlaneTest, PlannerThreadPlansAheadAndShutdownEndsStreams) {
   {
     absl::MutexLock lock(&wake_mu);
     const auto woken = [&] { return wakes > wakes_before_report; };
-    EXPECT_TRUE(wake_mu.AwaitWithTimeout(absl::Condition(&woken),
-                                         absl::Seconds(20)))
+    EXPECT_TRUE(
+        wake_mu.AwaitWithTimeout(absl::Condition(&woken), absl::Seconds(20)))
         << "no wake for step 3";
   }
   std::vector<StreamNext> sent = Pull(*cp, s);

@@ -22,8 +22,8 @@
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/scheduler_service.grpc.pb.h"
-#include "scheduler/planner/plan_proto.h"
 #include "scheduler/eval/simulator.h"
+#include "scheduler/planner/plan_proto.h"
 #include "scheduler/planner/test_data.h"
 
 namespace dcp {
@@ -72,8 +72,9 @@ v1::TimingReport Timings(const v1::RankStep& view) {
     t->set_micro_step(i);
     t->set_group_size(task.ranks_size());
     t->set_recompute(task.recompute());
-    t->set_seconds(1.5 *
-                   cluster->Cost(ranks, lengths, task.recompute()).total_s);
+    t->set_seconds(
+        1.5 * cluster->Cost(ranks, lengths, task.recompute(), task.ulysses())
+                  .total_s);
   }
   report.set_sync_seconds(1.5 * cluster->SyncSeconds());
   return report;
@@ -726,8 +727,7 @@ class HealthWatch {
   /// The next status sent; UNKNOWN when the stream ended.
   HealthStatus::ServingStatus Next() {
     HealthStatus response;
-    return reader_->Read(&response) ? response.status()
-                                    : HealthStatus::UNKNOWN;
+    return reader_->Read(&response) ? response.status() : HealthStatus::UNKNOWN;
   }
 
  private:
