@@ -73,6 +73,26 @@ TEST_F(AblationsTest, EveryVariantIsReplayedOnTheSameSteps) {
   EXPECT_EQ((*rows)[1].uniform_won, options_.steps);  // uniform only
 }
 
+TEST(AblationsFewHeadsTest, EveryVariantPlansValidHybridGroups) {
+  // dit-video-1.3b's 12 heads on 32 GPUs: groups of 8 and 16 run Ulysses
+  // inside a ring, and each variant's plans (even micro-steps splitting
+  // such tasks, one group size a step) must keep their layouts for the
+  // reference cluster to accept them.
+  const std::vector<int32_t> lengths =
+      testing_data::ThreeTierTrace(6000, 3, 100000, 150000);
+  const LengthView view(lengths, 262144);
+  EvaluationOptions o;
+  o.model = *BuiltinModel("dit-video-1.3b");
+  o.world_size = 32;
+  o.window = 262144;
+  o.tokens_per_step = 4 << 20;
+  o.steps = 20;
+  o.now_ns = [] { return int64_t{0}; };
+  absl::StatusOr<std::vector<AblationFigures>> rows = RunAblations(view, o);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->size(), AblationVariants(o.planner).size());
+}
+
 TEST_F(AblationsTest, PaperRowsAreTheBaselineAndThreePlannerVariants) {
   const StaticConfig sp4{4, 1.0};
   absl::StatusOr<PaperAblation> r = RunPaperAblation(view_, options_, sp4);

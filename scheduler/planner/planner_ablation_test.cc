@@ -85,7 +85,8 @@ bool SameTasks(const StepPlan& a, const StepPlan& b) {
   for (size_t j = 0; j < a.tasks.size(); ++j) {
     if (a.tasks[j].ranks != b.tasks[j].ranks ||
         a.tasks[j].samples != b.tasks[j].samples ||
-        a.tasks[j].recompute != b.tasks[j].recompute) {
+        a.tasks[j].recompute != b.tasks[j].recompute ||
+        a.tasks[j].ulysses != b.tasks[j].ulysses) {
       return false;
     }
   }

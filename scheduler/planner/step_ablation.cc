@@ -165,9 +165,12 @@ void StepPlanner::EvenMicroSteps(StepPlan* plan) const {
     TaskPlan half;
     half.ranks = std::move(ranks);
     half.recompute = from.recompute;
+    // The same group keeps its layout; a half moved to one rank has none.
+    half.ulysses = half.ranks == from.ranks ? from.ulysses : 0;
     TaskPlan kept;
     kept.ranks = from.ranks;
     kept.recompute = from.recompute;
+    kept.ulysses = from.ulysses;
     double moved = 0;
     for (size_t k = 0; k < from.samples.size(); ++k) {
       TaskPlan& to = moves[k] ? half : kept;
@@ -231,8 +234,8 @@ double StepPlanner::Predict(const StepPlan& plan) const {
     double start = 0;
     for (int r : t.ranks) start = std::max(start, free[r]);
     const double end =
-        start + model_.TaskSecondsFromSums(p, intra, tokens, units,
-                                           t.recompute, t.ulysses);
+        start + model_.TaskSecondsFromSums(p, intra, tokens, units, t.recompute,
+                                           t.ulysses);
     for (int r : t.ranks) free[r] = end;
   }
   return *std::max_element(free.begin(), free.end()) + model_.SyncSeconds();
