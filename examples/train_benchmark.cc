@@ -2,13 +2,14 @@
 // real on this machine. Every global batch the step builder forms is planned
 // twice over the same ranks and samples, by the dcp planner and by the best
 // fixed sequence-parallel configuration (the "static_balanced" baseline of
-// dcp-bench); --world_size rank processes (this binary re-run, real Gloo
-// over 127.0.0.1, groups formed through the rendezvous store of a
-// SchedulerServer this process serves on 127.0.0.1:0) train both from the
-// same weights, and the throughput of each is printed per rank on the wall
-// clock and on each rank's CPU clock. Then one rank alone runs one long
-// sequence at recompute 0, 0.5 and 1 and prints the peak resident memory of
-// each; the run fails (exit 1) unless recompute lowers it.
+// dcp-bench, restricted to plain Ulysses); --world_size rank processes (this
+// binary re-run, real Gloo over 127.0.0.1, groups formed through the
+// rendezvous store of a SchedulerServer this process serves on
+// 127.0.0.1:0) train both from the same weights, and the throughput of each
+// is printed per rank on the wall clock and on each rank's CPU clock. Then
+// one rank alone runs one long sequence at recompute 0, 0.5 and 1 and prints
+// the peak resident memory of each; the run fails (exit 1) unless recompute
+// lowers it.
 //
 //   bazel run -c opt //examples:dcp-train-bench
 //   bazel run -c opt //examples:dcp-train-bench --
@@ -275,8 +276,8 @@ void PrintSetup(const BenchmarkOptions& o, const Job& job,
       "%s\n",
       PlanSummary(plans.dcp, o.warmup_steps));
   absl::PrintF(
-      "  static plan: TuneStatic(balanced), best of %d on that CPU "
-      "spec: group size %d, recompute %g: %s\n",
+      "  static plan: TuneStatic(balanced, plain Ulysses), best of %d on "
+      "that CPU spec: group size %d, recompute %g: %s\n",
       plans.tuned.configs_tried, plans.tuned.config.group_size,
       plans.tuned.config.recompute, PlanSummary(plans.fixed, o.warmup_steps));
   absl::PrintF(

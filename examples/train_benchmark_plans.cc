@@ -46,8 +46,13 @@ absl::StatusOr<PlanSet> MakePlanSet(const LengthView& lengths,
                       planner_options));
   const ReferenceCluster reference(cluster, model, options.world_size);
   PlanSet out;
+  // Plain Ulysses only (u = p): the static plan is trained for real, one
+  // Ulysses size for the whole run; on the default 4 ranks every group size
+  // divides the model's 4 heads, so the hybrid shapes would only trade
+  // all-to-alls for ring passes.
   ASSIGN_OR_RETURN(out.tuned, TuneStatic(reference, lengths, batches,
-                                         /*balanced=*/true));
+                                         /*balanced=*/true,
+                                         StaticSearch::kUlyssesOnly));
   for (size_t i = 0; i < batches.size(); ++i) {
     const int64_t step = static_cast<int64_t>(i);
     ASSIGN_OR_RETURN(StepPlan dcp, planner.PlanStep(step, batches[i], lengths));

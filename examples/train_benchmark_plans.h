@@ -4,7 +4,7 @@
 // The plans dcp-train-bench runs: global batches from the planner's step
 // builder, each planned twice over the same ranks and samples, by the dcp
 // planner and by the tuned static configuration (scheduler/eval/baselines.h,
-// "static_balanced", as dcp-bench runs it).
+// "static_balanced" as dcp-bench runs it, but plain Ulysses only: no rings).
 
 #include <cstdint>
 #include <string>
@@ -44,8 +44,9 @@ struct PlanSet {
 /// Builds `options.steps` batches over `lengths` (StepBuilder, no
 /// look-ahead) and plans each with the dcp Planner over
 /// `CostModel::FromSpecs(cluster, model, world)` and with
-/// `PlanStatic(..., balanced)` at the configuration `TuneStatic` finds best
-/// over the same batches on `ReferenceCluster(cluster, model, world)`: the
+/// `PlanStatic(..., balanced)` at the plain-Ulysses configuration
+/// `TuneStatic(..., StaticSearch::kUlyssesOnly)` finds best over the same
+/// batches on `ReferenceCluster(cluster, model, world)`: the
 /// planner and the baseline see the same costs. Errors of the planner, the
 /// tuning or a replay as they are.
 absl::StatusOr<PlanSet> MakePlanSet(const LengthView& lengths,

@@ -82,6 +82,9 @@ absl::StatusOr<PaperAblation> RunPaperAblation(
                                  options.world_size);
   result.baseline.name =
       absl::StrCat("fixed-sp", baseline_config.group_size,
+                   baseline_config.RingDegree() > 1
+                       ? absl::StrCat("-u", baseline_config.UlyssesDegree())
+                       : std::string(),
                    baseline_config.recompute == 1.0
                        ? std::string("-full-recompute")
                        : absl::StrCat("-r", baseline_config.recompute));

@@ -14,9 +14,42 @@
 namespace dcp {
 namespace {
 
-bool IsValidGroupSize(const ReferenceCluster& cluster, int p) {
-  return p >= 1 && cluster.world_size() % p == 0 &&
-         cluster.model().heads % p == 0;
+// The `ulysses` a task of `p` ranks at Ulysses degree `u` carries: 0 for
+// plain Ulysses, as the planner emits it.
+int TaskUlysses(int p, int u) { return u == p ? 0 : u; }
+
+absl::Status CheckStaticConfig(const ReferenceCluster& cluster,
+                               const StaticConfig& config) {
+  const int p = config.group_size;
+  const int heads = cluster.model().heads;
+  if (p < 1 || cluster.world_size() % p != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("static config: group size ", p,
+                     " must divide the world size (", cluster.world_size(),
+                     ")"));
+  }
+  if (config.ulysses == 0) {
+    if (heads % p == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "static config: group size ", p, " must divide the head count (",
+        heads, ") to run as plain Ulysses, or the config must give a "
+               "Ulysses degree dividing both to run Ulysses inside a ring"));
+  }
+  const int u = config.ulysses;
+  if (u < 0 || p % u != 0 || heads % u != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "static config: Ulysses degree ", u,
+        " must divide the group size (", p, ") and the head count (", heads,
+        ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The largest power of two within the world: dynamic CP's largest ring.
+int LargestRing(const ReferenceCluster& cluster) {
+  int p = 1;
+  while (2 * p <= cluster.world_size()) p *= 2;
+  return p;
 }
 
 std::vector<int> BlockRanks(int block, int p) {
@@ -76,30 +109,39 @@ std::vector<Pack> FirstFitDecreasing(const LengthView& lengths,
 }
 
 // A task's cost is a function of its total tokens plus a sum over its
-// sequences (attention), so a growing pack's cost can be updated in O(1):
-// TokenSeconds(T) + sum of SequenceAttentionSeconds(s_i).
-double TokenSeconds(const ReferenceCluster& cluster,
-                    absl::Span<const int> ranks, int64_t tokens,
-                    double recompute) {
+// sequences (attention): the linear work, the all-to-all, the overhead and
+// the ring's passes depend on the tokens only. So a growing pack's cost can
+// be updated in O(1): other_s + max(sum of SequenceAttentionSeconds(s_i),
+// ring_s), both terms of TokenTerms(T).
+struct TokenTerms {
+  double other_s = 0;  // everything but max(attention, ring)
+  double ring_s = 0;
+};
+
+TokenTerms TermsOfTokens(const ReferenceCluster& cluster,
+                         absl::Span<const int> ranks, int64_t tokens,
+                         double recompute, int ulysses) {
   const int64_t one[] = {tokens};
-  const ReferenceCluster::TaskCost c = cluster.Cost(ranks, one, recompute);
-  return c.total_s - c.attention_s;
+  const ReferenceCluster::TaskCost c =
+      cluster.Cost(ranks, one, recompute, ulysses);
+  return {c.total_s - std::max(c.attention_s, c.ring_s), c.ring_s};
 }
 
 double SequenceAttentionSeconds(const ReferenceCluster& cluster,
                                 absl::Span<const int> ranks, int64_t length,
-                                double recompute) {
+                                double recompute, int ulysses) {
   const int64_t one[] = {length};
-  return cluster.Cost(ranks, one, recompute).attention_s;
+  return cluster.Cost(ranks, one, recompute, ulysses).attention_s;
 }
 
 double TaskSeconds(const ReferenceCluster& cluster, const LengthView& lengths,
                    absl::Span<const int> ranks,
-                   absl::Span<const int64_t> samples, double recompute) {
+                   absl::Span<const int64_t> samples, double recompute,
+                   int ulysses) {
   std::vector<int64_t> seq;
   seq.reserve(samples.size());
   for (int64_t id : samples) seq.push_back(lengths[id]);
-  return cluster.Cost(ranks, seq, recompute).total_s;
+  return cluster.Cost(ranks, seq, recompute, ulysses).total_s;
 }
 
 absl::Status CheckSamples(const LengthView& lengths,
@@ -177,11 +219,22 @@ int64_t MaxTokensPerTask(const ReferenceCluster& cluster, int group_size,
   return t;
 }
 
-std::vector<int> ValidGroupSizes(const ReferenceCluster& cluster) {
-  std::vector<int> sizes;
+std::vector<StaticConfig> StaticShapes(const ReferenceCluster& cluster) {
+  std::vector<StaticConfig> shapes;
   for (int p = 1; p <= cluster.world_size(); ++p) {
-    if (IsValidGroupSize(cluster, p)) sizes.push_back(p);
+    if (cluster.world_size() % p != 0) continue;
+    for (int u = p; u >= 1; --u) {
+      if (p % u == 0 && cluster.model().heads % u == 0) {
+        shapes.push_back({p, 0.0, u});
+      }
+    }
   }
+  return shapes;
+}
+
+std::vector<int> DynamicCpGroupSizes(const ReferenceCluster& cluster) {
+  std::vector<int> sizes;
+  for (int p = 1; p <= cluster.world_size(); p *= 2) sizes.push_back(p);
   return sizes;
 }
 
@@ -189,18 +242,14 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
                                     const LengthView& lengths, int64_t step,
                                     absl::Span<const int64_t> samples,
                                     const StaticConfig& config, bool balanced) {
-  const int p = config.group_size;
-  if (!IsValidGroupSize(cluster, p)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("static config: group size ", p,
-                     " must divide the world size (", cluster.world_size(),
-                     ") and the head count (", cluster.model().heads, ")"));
-  }
+  RETURN_IF_ERROR(CheckStaticConfig(cluster, config));
   RETURN_IF_ERROR(CheckRecompute(config.recompute));
+  const int p = config.group_size;
+  const int u = config.UlyssesDegree();
   const int64_t capacity = MaxTokensPerTask(cluster, p, config.recompute);
   if (capacity < lengths.window()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "static config p=", p, ", recompute=", config.recompute,
+        "static config p=", p, ", u=", u, ", recompute=", config.recompute,
         ": a task holds at most ", capacity,
         " tokens, less than the context window of ", lengths.window()));
   }
@@ -223,6 +272,8 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
     SortLongestFirst(lengths, order);
     std::vector<double> load(groups, 0.0);
     // Per group and pack: the attention seconds so far and the cost.
+    // (Blocks of one size may differ in cost by whether they span nodes, so
+    // each group's own ranks price its packs.)
     std::vector<std::vector<double>> attention(groups), pack_cost(groups);
     for (int64_t id : order) {
       const int64_t len = lengths[id];
@@ -240,10 +291,11 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
       packs[k].samples.push_back(id);
       packs[k].tokens += len;
       attention[g][k] +=
-          SequenceAttentionSeconds(cluster, ranks, len, config.recompute);
+          SequenceAttentionSeconds(cluster, ranks, len, config.recompute, u);
+      const TokenTerms terms = TermsOfTokens(cluster, ranks, packs[k].tokens,
+                                             config.recompute, u);
       const double cost =
-          TokenSeconds(cluster, ranks, packs[k].tokens, config.recompute) +
-          attention[g][k];
+          terms.other_s + std::max(attention[g][k], terms.ring_s);
       load[g] += cost - pack_cost[g][k];
       pack_cost[g][k] = cost;
     }
@@ -254,6 +306,7 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
       task.ranks = BlockRanks(g, p);
       task.samples = std::move(pack.samples);
       task.recompute = config.recompute;
+      task.ulysses = TaskUlysses(p, u);
       plan.tasks.push_back(std::move(task));
     }
   }
@@ -262,7 +315,8 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
 
 absl::StatusOr<TunedStatic> TuneStatic(
     const ReferenceCluster& cluster, const LengthView& lengths,
-    absl::Span<const std::vector<int64_t>> steps, bool balanced) {
+    absl::Span<const std::vector<int64_t>> steps, bool balanced,
+    StaticSearch search) {
   if (steps.empty()) {
     return absl::InvalidArgumentError("TuneStatic: no steps to tune on");
   }
@@ -270,7 +324,14 @@ absl::StatusOr<TunedStatic> TuneStatic(
   TunedStatic best;
   best.total_makespan_s = std::numeric_limits<double>::infinity();
   int64_t largest_capacity = 0;
-  for (int p : ValidGroupSizes(cluster)) {
+  // The shapes come by p ascending, then u descending, and r ascends within
+  // a shape; only a strictly smaller total replaces the best, so the order
+  // is the tie rule.
+  for (const StaticConfig& shape : StaticShapes(cluster)) {
+    const int p = shape.group_size;
+    if (search == StaticSearch::kUlyssesOnly && shape.RingDegree() != 1) {
+      continue;
+    }
     largest_capacity =
         std::max(largest_capacity, MaxTokensPerTask(cluster, p, 1.0));
     int smallest = -1;
@@ -283,7 +344,7 @@ absl::StatusOr<TunedStatic> TuneStatic(
     }
     if (smallest < 0) continue;
     for (int k : GridCandidates(smallest, layers)) {
-      const StaticConfig config{p, GridRatio(k, layers)};
+      const StaticConfig config{p, GridRatio(k, layers), shape.ulysses};
       ASSIGN_OR_RETURN(
           double total,
           TotalMakespan(cluster, lengths, steps,
@@ -301,9 +362,9 @@ absl::StatusOr<TunedStatic> TuneStatic(
   if (best.configs_tried == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no static configuration fits the context window of ", lengths.window(),
-        " tokens: the largest task (every valid group size, "
-        "all layers recomputed) holds ",
-        largest_capacity, " tokens"));
+        " tokens: the largest task (",
+        search == StaticSearch::kUlyssesOnly ? "plain Ulysses, " : "",
+        "every layer recomputed) holds ", largest_capacity, " tokens"));
   }
   return best;
 }
@@ -327,15 +388,16 @@ absl::StatusOr<int> DynamicCpGroupSize(const ReferenceCluster& cluster,
   const int64_t need = std::max<int64_t>(1, (length + cap - 1) / cap);
   int64_t p = 1;
   while (p < need) p *= 2;
-  for (int q : ValidGroupSizes(cluster)) {
-    if (q >= p) return q;
+  const int largest = LargestRing(cluster);
+  if (p > largest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic CP: a sequence of ", length, " tokens at ", cap,
+        " tokens per GPU needs a ring of ", p,
+        " GPUs; the largest power-of-two ring within the world of ",
+        cluster.world_size(), " GPUs has ", largest, " (", largest * cap,
+        " tokens)"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "dynamic CP: a sequence of ", length, " tokens at ", cap,
-      " tokens per GPU needs a group of ", p,
-      " or more GPUs; no valid group size (dividing the world size ",
-      cluster.world_size(), " and the head count ", cluster.model().heads,
-      ") is that large"));
+  return static_cast<int>(p);
 }
 
 absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
@@ -371,9 +433,11 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
   for (Pack& pack : FirstFitDecreasing(lengths, std::move(singles), cap)) {
     tasks.push_back({1, std::move(pack.samples), 0.0});
   }
+  // Every task is a ring: u = 1.
+  constexpr int kRing = 1;
   for (Task& task : tasks) {
     task.cost = TaskSeconds(cluster, lengths, BlockRanks(0, task.p),
-                            task.samples, options.recompute);
+                            task.samples, options.recompute, kRing);
   }
   std::stable_sort(
       tasks.begin(), tasks.end(),
@@ -396,7 +460,7 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
       double& cost = cost_by_span[cluster.IntraNode(ranks) ? 0 : 1];
       if (cost < 0) {
         cost = TaskSeconds(cluster, lengths, ranks, task.samples,
-                           options.recompute);
+                           options.recompute, kRing);
       }
       const double end = start + cost;
       if (end < best_end) {
@@ -409,6 +473,7 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
     for (int r : out.ranks) free_at[r] = best_end;
     out.samples = std::move(task.samples);
     out.recompute = options.recompute;
+    out.ulysses = TaskUlysses(task.p, kRing);
     plan.tasks.push_back(std::move(out));
   }
   return plan;

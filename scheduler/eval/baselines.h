@@ -9,13 +9,17 @@
 #include "scheduler/planner/plan.h"
 #include "scheduler/eval/simulator.h"
 
-// The baselines the dcp planner is compared with. They plan the same steps
-// and are judged the same way, by `ReplayStep` on the `ReferenceCluster`.
-// Unlike the planner they read the reference cluster's costs directly, which
-// only favours them.
+// The baselines the dcp planner is compared with, as their users run them:
+// a static layout tuned over Ulysses degree and ring size (USP) and
+// Megatron-style dynamic context parallelism (rings of power-of-two size).
+// They plan the same steps and are judged the same way, by `ReplayStep` on
+// the `ReferenceCluster`. Unlike the planner they read the reference
+// cluster's costs directly, which only favours them.
 //
 // Common rules: a group of size p is an aligned block of ranks
-// [k*p, (k+1)*p) and p divides both the head count and the world size;
+// [k*p, (k+1)*p) within the world, run as u-way Ulysses (u dividing the
+// head count and p) inside a ring of c = p / u (docs/COST_MODEL.md, "Hybrid
+// groups"); a task whose u is p is emitted as plain Ulysses (`ulysses` 0);
 // recompute ratios are multiples of 1/layers; every plan keeps each task's
 // memory within the cap. All functions are pure and thread-safe.
 
@@ -32,16 +36,35 @@ int64_t MaxTokensPerGpu(const ReferenceCluster& cluster, double recompute);
 int64_t MaxTokensPerTask(const ReferenceCluster& cluster, int group_size,
                          double recompute);
 
-/// The group sizes allowed on `cluster`: the common divisors of the head
-/// count and the world size, ascending.
-std::vector<int> ValidGroupSizes(const ReferenceCluster& cluster);
-
 /// A fixed sequence-parallel configuration: every task uses `group_size`
-/// ranks and recompute ratio `recompute`.
+/// ranks, `ulysses`-way Ulysses inside a ring of group_size / ulysses, at
+/// recompute ratio `recompute`. `ulysses` 0 means u = group_size (plain
+/// Ulysses, no ring), so `{p, r}` is the Ulysses-only configuration.
 struct StaticConfig {
   int group_size = 1;
   double recompute = 0.0;
+  /// The Ulysses degree u; 0 for the whole group.
+  int ulysses = 0;
+
+  /// u: `ulysses`, or the group size when it is 0.
+  int UlyssesDegree() const { return ulysses > 0 ? ulysses : group_size; }
+  /// c = p / u, the ring size (1: plain Ulysses).
+  int RingDegree() const { return group_size / UlyssesDegree(); }
 };
+
+/// The static group shapes allowed on `cluster` (recompute left 0): every
+/// group size p dividing the world size, each with every Ulysses degree u
+/// dividing the head count and p (`ulysses` = u, never 0). Ordered by p
+/// ascending, then u descending, the order `TuneStatic` breaks ties in.
+///
+///   world 16, 4 heads: (1,1), (2,2), (2,1), (4,4), (4,2), (4,1),
+///   (8,4), (8,2), (8,1), (16,4), (16,2), (16,1)   as (p, u)
+std::vector<StaticConfig> StaticShapes(const ReferenceCluster& cluster);
+
+/// The ring sizes dynamic CP uses on `cluster`: the powers of two up to the
+/// world size, ascending. They need not divide the head count (a ring has
+/// u = 1) nor the world size (the blocks past the last whole one idle).
+std::vector<int> DynamicCpGroupSizes(const ReferenceCluster& cluster);
 
 /// Plans one step with a static configuration.
 ///
@@ -57,14 +80,19 @@ struct StaticConfig {
 ///    packs than groups, and then loses to the in-order variant.
 /// Tasks are emitted group by group, each group's packs in order.
 ///
-/// INVALID_ARGUMENT when the group size does not divide the head count and
-/// the world size, the recompute ratio is outside [0, 1], or C is below the
-/// context window (the configuration could not run the longest sequence);
-/// the message names the configuration, C and the window.
+/// Every task gets the configuration's Ulysses degree (0 when u = p).
 ///
+/// INVALID_ARGUMENT when the group size does not divide the world size, the
+/// Ulysses degree (the group size when `ulysses` is 0) does not divide the
+/// head count and the group size, the recompute ratio is outside [0, 1], or
+/// C is below the context window (the configuration could not run the
+/// longest sequence); the message names the configuration, C and the window.
+///
+///   // 8 GPUs a task: 4-way Ulysses inside a ring of 2.
 ///   ASSIGN_OR_RETURN(StepPlan plan,
 ///                    PlanStatic(cluster, lengths, 0, step_samples,
-///                               {.group_size = 4, .recompute = 0.25},
+///                               {.group_size = 8, .recompute = 0.25,
+///                                .ulysses = 4},
 ///                               /*balanced=*/true));
 absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
                                     const LengthView& lengths, int64_t step,
@@ -80,20 +108,33 @@ struct TunedStatic {
   int configs_tried = 0;
 };
 
-/// The "tuned static configuration": the feasible (p, r) with the least
+/// Which group shapes `TuneStatic` searches.
+enum class StaticSearch {
+  /// Every shape of `StaticShapes`: Ulysses inside rings (USP).
+  kUlyssesAndRing,
+  /// Plain Ulysses only (u = p, so p divides the head count as well).
+  kUlyssesOnly,
+};
+
+/// The "tuned static configuration": the feasible (p, u, r) with the least
 /// total replayed makespan of `PlanStatic(..., balanced)` over `steps`
 /// (step i gets step number i).
 ///
-/// For every valid group size p it tries the smallest recompute ratio on
-/// the 1/layers grid whose task capacity reaches the context window, plus
-/// the grid values 1, 2, 4 and 8 steps above it and 1 (more recompute never
-/// helps except through fewer, larger packs). Ties go to the smaller p, then
-/// the smaller r. INVALID_ARGUMENT when `steps` is empty or no configuration
-/// fits the window (the message names the window and the largest task
-/// capacity); a replay error is returned as is.
+/// For every shape (p, u) of `StaticShapes` (`search` may keep only u = p)
+/// it tries the smallest recompute ratio on the 1/layers grid whose task
+/// capacity reaches the context window, plus the grid values 1, 2, 4 and 8
+/// steps above it and 1 (more recompute never helps except through fewer,
+/// larger packs). Ties go to the smaller p, then the larger u (less ring
+/// traffic: at equal p a ring only adds K/V passes and cuts the attention
+/// into smaller chunks), then the smaller r. The configuration returned
+/// names its u (`ulysses` is never 0). INVALID_ARGUMENT when `steps` is
+/// empty or no configuration fits the window (the message names the window
+/// and the largest task capacity, that of the whole world with every layer
+/// recomputed); a replay error is returned as is.
 absl::StatusOr<TunedStatic> TuneStatic(
     const ReferenceCluster& cluster, const LengthView& lengths,
-    absl::Span<const std::vector<int64_t>> steps, bool balanced);
+    absl::Span<const std::vector<int64_t>> steps, bool balanced,
+    StaticSearch search = StaticSearch::kUlyssesAndRing);
 
 /// Megatron-style dynamic context parallelism.
 struct DynamicCpOptions {
@@ -108,26 +149,28 @@ struct DynamicCpOptions {
 int64_t DynamicCpCap(const ReferenceCluster& cluster,
                      const DynamicCpOptions& options);
 
-/// The group size dynamic CP gives a sequence of `length` tokens under a
-/// per-GPU cap: the next power of two of ceil(length / cap) (at least 1),
-/// or, when that is not a valid group size, the smallest valid one above
-/// it. INVALID_ARGUMENT when there is none.
+/// The ring size dynamic CP gives a sequence of `length` tokens under a
+/// per-GPU cap: the next power of two of ceil(length / cap) (at least 1).
+/// INVALID_ARGUMENT, naming the length, when that exceeds the largest power
+/// of two within the world size (the whole world cannot hold the sequence
+/// as a ring of power-of-two size) or the cap is below 1.
 absl::StatusOr<int> DynamicCpGroupSize(const ReferenceCluster& cluster,
                                        int64_t length, int64_t cap);
 
 /// Plans one step with dynamic context parallelism.
 ///
-/// Each sample gets `DynamicCpGroupSize`; samples of group size 1 are packed
-/// first-fit decreasing into packs of at most `cap` tokens, every other
-/// sample is a task of its own. Tasks, sorted by simulated cost (largest
+/// Each sample gets a ring of `DynamicCpGroupSize` GPUs (u = 1: context
+/// parallelism, no Ulysses, so the size need not divide the head count);
+/// samples of ring size 1 are packed first-fit decreasing into packs of at
+/// most `cap` tokens, every other sample is a task of its own. Tasks, sorted by simulated cost (largest
 /// first), are placed greedily: each goes to the aligned block of its size
-/// where it would finish earliest (on the reference cluster all aligned
-/// blocks of one size cost the same, so that is the block whose ranks become
-/// free earliest; ties go to the lowest block). The execution order is the
+/// where it would finish earliest (aligned blocks [k*p, (k+1)*p) within the
+/// world; on the reference cluster those of one size differ in cost only by
+/// whether they span nodes; ties go to the lowest block). The execution order is the
 /// placement order.
 ///
-/// INVALID_ARGUMENT when the options are invalid or a sample (or the
-/// context window) needs a group larger than any valid one.
+/// INVALID_ARGUMENT when the options are invalid or the context window
+/// needs a ring larger than the largest power of two within the world.
 absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
                                        const LengthView& lengths, int64_t step,
                                        absl::Span<const int64_t> samples,
@@ -142,7 +185,7 @@ struct TunedDynamicCp {
 
 /// Dynamic CP with the best recompute ratio and token cap: tries, on the
 /// 1/layers grid, the smallest ratio at which a sequence as long as the
-/// context window has a valid group size (memory cap, no extra cap), plus the
+/// context window has a ring size (memory cap, no extra cap), plus the
 /// grid values 1, 2, 4 and 8 steps above it and 1; for each, the memory cap
 /// and half and a quarter of it (where the window still fits); and returns
 /// the one with the least total replayed makespan over `steps` (ties: the

@@ -183,12 +183,16 @@ void ReportScenario(const Scenario& sc, const EvaluationResult& r,
   for (const PlannerFigures& b : r.baselines) ReportRow(sc, r, &b, json);
   std::printf(
       "    lower bound %.3f s/step, memory-aware %.3f; dcp planning p50 "
-      "%.2f ms, max %.2f ms; static p=%d r=%.3f, balanced p=%d r=%.3f, "
+      "%.2f ms, max %.2f ms; static p=%d u=%d r=%.3f, balanced p=%d u=%d "
+      "r=%.3f, "
       "dynamic-cp r=%.3f; dcp's uniform candidate won %d of %d steps\n",
       r.lower_bound_s / r.steps, r.memory_bound_s / r.steps,
       Percentile(r.plan_ms, 50), Percentile(r.plan_ms, 100),
-      r.static_packed_config.group_size, r.static_packed_config.recompute,
-      r.static_balanced_config.group_size, r.static_balanced_config.recompute,
+      r.static_packed_config.group_size,
+      r.static_packed_config.UlyssesDegree(), r.static_packed_config.recompute,
+      r.static_balanced_config.group_size,
+      r.static_balanced_config.UlyssesDegree(),
+      r.static_balanced_config.recompute,
       r.dynamic_cp_config.recompute, uniform_won, r.steps);
   PrintGap(gap, r.memory_bound_s);
 }

@@ -215,9 +215,11 @@ std::string StatsJson(const EvaluationOptions& options,
   if (!result.baselines.empty()) {
     j["static_packed_config"] = {
         {"group_size", result.static_packed_config.group_size},
+        {"ulysses", result.static_packed_config.UlyssesDegree()},
         {"recompute", result.static_packed_config.recompute}};
     j["static_balanced_config"] = {
         {"group_size", result.static_balanced_config.group_size},
+        {"ulysses", result.static_balanced_config.UlyssesDegree()},
         {"recompute", result.static_balanced_config.recompute}};
     j["dynamic_cp_config"] = {
         {"recompute", result.dynamic_cp_config.recompute},

@@ -465,12 +465,15 @@ int CheckRandomCase(uint64_t seed, bool* memory_binds) {
   }
   for (int k = 0; k <= m.layers; ++k) {
     const double r = static_cast<double>(k) / m.layers;
-    for (int p : ValidGroupSizes(cluster)) {
+    for (StaticConfig config : StaticShapes(cluster)) {
+      config.recompute = r;
       for (bool balanced : {false, true}) {
         checked += CheckPlan(
             cluster, view,
-            PlanStatic(cluster, view, 0, samples, {p, r}, balanced),
-            "static p=" + std::to_string(p) + " r=" + std::to_string(r));
+            PlanStatic(cluster, view, 0, samples, config, balanced),
+            "static p=" + std::to_string(config.group_size) +
+                " u=" + std::to_string(config.ulysses) +
+                " r=" + std::to_string(r));
       }
     }
     checked += CheckPlan(cluster, view,
