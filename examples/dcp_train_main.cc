@@ -186,8 +186,10 @@ absl::Status TrainRank(RankTrainerOptions training,
 
 // ---- Flags ---------------------------------------------------------------
 
+// An input named on the command line (or a default under data/), from any
+// working directory.
 std::string Resolved(const std::string& path) {
-  return ResolvePath(path, BazelWorkingDirectory());
+  return ResolveInput(path, BazelWorkingDirectory());
 }
 
 // The contents of --text ("" without it).

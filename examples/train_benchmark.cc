@@ -86,21 +86,12 @@ struct BenchmarkOptions {
   bool keep_dir = false;
 };
 
-// `path` against the user's working directory; failing that, as it is (the
-// runfiles under `bazel run`, which carry the bundled traces and models).
-std::string FindInput(const std::string& path, const std::string& wd) {
-  const std::string resolved = ResolvePath(path, wd);
-  return std::filesystem::exists(resolved) || !std::filesystem::exists(path)
-             ? resolved
-             : path;
-}
-
 BenchmarkOptions OptionsFromFlags() {
   BenchmarkOptions o;
   const std::string wd = BazelWorkingDirectory();
-  o.job.lengths = FindInput(absl::GetFlag(FLAGS_lengths), wd);
+  o.job.lengths = ResolveInput(absl::GetFlag(FLAGS_lengths), wd);
   o.job.format = absl::GetFlag(FLAGS_format);
-  o.job.model_config = FindInput(absl::GetFlag(FLAGS_model_config), wd);
+  o.job.model_config = ResolveInput(absl::GetFlag(FLAGS_model_config), wd);
   o.job.world_size = absl::GetFlag(FLAGS_world_size);
   o.job.window = absl::GetFlag(FLAGS_window);
   o.job.tokens_per_step = absl::GetFlag(FLAGS_tokens_per_step);

@@ -2,8 +2,9 @@
 // (--mode=single) and as a dcp job on this host (--mode=dcp --local_world=4:
 // a scheduler in its process, four rank processes on real Gloo groups), in
 // float64, and both loss logs agree step by step; bad flags are refused with
-// a message naming the flag; and the training loops docs/TRAINING.md quotes
-// are the ones examples/dcp_train_main.cc runs.
+// a message naming the flag; its default data files are found from any
+// working directory; and the training loops docs/TRAINING.md quotes are the
+// ones examples/dcp_train_main.cc runs.
 
 #include <cmath>
 #include <cstdint>
@@ -138,7 +139,8 @@ TEST(DcpTrainCliTest, BadFlagsAreNamed) {
       {{"--mode=single", "--lengths=/nonexistent/trace.txt"},
        "--lengths=/nonexistent/trace.txt"},
       {{"--mode=single", "--dtype=float16"}, "--dtype=float16"},
-      {{"--mode=single", "--text=/nonexistent/text"}, "--text=/nonexistent/text"},
+      {{"--mode=single", "--text=/nonexistent/text"},
+       "--text=/nonexistent/text"},
       {{"--mode=dcp", "--local_world=4", "--model_config=/nonexistent.json"},
        "--model_config=/nonexistent.json"},
       {{"--mode=dcp"}, "--scheduler"},
@@ -149,6 +151,22 @@ TEST(DcpTrainCliTest, BadFlagsAreNamed) {
     EXPECT_EQ(code, 1) << err;
     EXPECT_THAT(err, HasSubstr(cases[i].named));
   }
+}
+
+TEST(DcpTrainCliTest, ItsDefaultsWorkFromAnyDirectory) {
+  // No --lengths, no --model_config, run from a folder with no data/ and
+  // outside Bazel's environment: the binary finds the bundled files itself.
+  const std::string away = testing_process::TmpPath("away");
+  std::vector<Child> run = {testing_process::Spawn(
+      "away",
+      {"/usr/bin/env", "-u", "RUNFILES_DIR", "-u", "BUILD_WORKING_DIRECTORY",
+       "/bin/sh", "-c", "mkdir -p \"$1\" && cd \"$1\" && exec \"$2\" --steps=2",
+       "sh", away, Binary("examples/dcp-train")})};
+  ASSERT_TRUE(testing_process::ExpectAllExit(
+      run, absl::Now() + absl::Seconds(60), "away"));
+  const std::string err = testing_process::ReadFile(run[0].err_path);
+  EXPECT_EQ(run[0].exit_code, 0) << err;
+  EXPECT_THAT(err, HasSubstr("one process: 2 steps"));
 }
 
 // The lines of a ```diff block on the side `side` ('-' old, '+' new): its

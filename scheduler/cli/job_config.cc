@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/cluster_config.h"
+#include "common/data_files.h"
 #include "common/status_macros.h"
 #include "scheduler/lengths/length_reader.h"
 
@@ -19,6 +20,13 @@ std::string ResolvePath(const std::string& path,
   return working_dir + "/" + path;
 }
 
+std::string ResolveInput(const std::string& path,
+                         const std::string& working_dir) {
+  DataFileRoots roots = DataFileRoots::OfThisProcess();
+  roots.user_dir = working_dir;
+  return FindDataFile(path, roots);
+}
+
 absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
                                             const std::string& working_dir) {
   if (name_or_path.empty()) {
@@ -27,7 +35,7 @@ absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
   }
   absl::StatusOr<ClusterSpec> builtin = BuiltinCluster(name_or_path);
   if (builtin.ok()) return builtin;
-  return ResolveClusterConfig(ResolvePath(name_or_path, working_dir));
+  return ResolveClusterConfig(ResolveInput(name_or_path, working_dir));
 }
 
 absl::StatusOr<std::vector<int32_t>> LoadLengths(const std::string& path,
@@ -63,19 +71,19 @@ absl::StatusOr<LoadedJob> LoadJob(const JobConfig& config,
   if (config.model_config.empty()) {
     ASSIGN_OR_RETURN(job.model, BuiltinModel(config.model));
   } else {
-    ASSIGN_OR_RETURN(job.model, LoadModelConfig(ResolvePath(config.model_config,
-                                                            working_dir)));
+    ASSIGN_OR_RETURN(job.model, LoadModelConfig(ResolveInput(
+                                    config.model_config, working_dir)));
   }
   if (!config.profile.empty()) {
     ASSIGN_OR_RETURN(
         std::vector<TaskObservation> profile,
-        LoadProfileTable(ResolvePath(config.profile, working_dir)));
+        LoadProfileTable(ResolveInput(config.profile, working_dir)));
     ASSIGN_OR_RETURN(job.cost_model,
                      CostModel::FromSpecs(cluster, job.model, config.world_size)
                          .Fit(profile, prior_weight));
   }
   ASSIGN_OR_RETURN(job.lengths,
-                   LoadLengths(ResolvePath(config.lengths, working_dir),
+                   LoadLengths(ResolveInput(config.lengths, working_dir),
                                config.format, config.column));
   return job;
 }

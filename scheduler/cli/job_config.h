@@ -73,9 +73,16 @@ absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
 std::string BazelWorkingDirectory();
 
 /// `path` made absolute against `working_dir` when it is relative and
-/// `working_dir` is not empty.
+/// `working_dir` is not empty (for files a command writes).
 std::string ResolvePath(const std::string& path,
                         const std::string& working_dir);
+
+/// An input file: `working_dir`/path when that exists, else where
+/// `FindDataFile` finds it (the working directory, the binary's runfiles, a
+/// data/ folder beside an installed binary's bin/), else
+/// `ResolvePath(path, working_dir)` for the caller's error to name.
+std::string ResolveInput(const std::string& path,
+                         const std::string& working_dir);
 
 /// Reads lengths; `format` is a name for ParseLengthFormat or "auto" (by
 /// extension); `column` is the CSV/TSV column or JSONL field ("" = default).

@@ -188,12 +188,11 @@ void ReportScenario(const Scenario& sc, const EvaluationResult& r,
       "dynamic-cp r=%.3f; dcp's uniform candidate won %d of %d steps\n",
       r.lower_bound_s / r.steps, r.memory_bound_s / r.steps,
       Percentile(r.plan_ms, 50), Percentile(r.plan_ms, 100),
-      r.static_packed_config.group_size,
-      r.static_packed_config.UlyssesDegree(), r.static_packed_config.recompute,
-      r.static_balanced_config.group_size,
+      r.static_packed_config.group_size, r.static_packed_config.UlyssesDegree(),
+      r.static_packed_config.recompute, r.static_balanced_config.group_size,
       r.static_balanced_config.UlyssesDegree(),
-      r.static_balanced_config.recompute,
-      r.dynamic_cp_config.recompute, uniform_won, r.steps);
+      r.static_balanced_config.recompute, r.dynamic_cp_config.recompute,
+      uniform_won, r.steps);
   PrintGap(gap, r.memory_bound_s);
 }
 
@@ -418,11 +417,10 @@ absl::Status Run() {
                    LoadClusterFlag(absl::GetFlag(FLAGS_cluster_config), wd));
   ASSIGN_OR_RETURN(LearnedModelOptions learned, LearnedOptionsFromFlags(wd));
   std::string data_dir = absl::GetFlag(FLAGS_data_dir);
-  // Under `bazel run` the bundled traces are in the runfiles, which is the
-  // working directory; a user's own folder is relative to theirs.
-  if (data_dir != "data/lengths") data_dir = ResolvePath(data_dir, wd);
-  std::string models_dir = absl::GetFlag(FLAGS_models_dir);
-  if (models_dir != "data/models") models_dir = ResolvePath(models_dir, wd);
+  // The user's folder, else the bundled one from any working directory.
+  data_dir = ResolveInput(data_dir, wd);
+  const std::string models_dir =
+      ResolveInput(absl::GetFlag(FLAGS_models_dir), wd);
   const bool json = absl::GetFlag(FLAGS_json);
   nlohmann::json out = nlohmann::json::array();
   int ran = 0;

@@ -57,7 +57,7 @@ absl::Status WriteProfile(const JobConfig& job, const std::string& wd) {
   if (job.model_config.empty()) {
     ASSIGN_OR_RETURN(model, BuiltinModel(job.model));
   } else {
-    ASSIGN_OR_RETURN(model, LoadModelConfig(ResolvePath(job.model_config, wd)));
+    ASSIGN_OR_RETURN(model, LoadModelConfig(ResolveInput(job.model_config, wd)));
   }
   const ReferenceCluster judge(ClusterSpec::H200(), model, job.world_size);
   ASSIGN_OR_RETURN(const ClusterSpec sheet,

@@ -222,14 +222,9 @@ absl::StatusOr<BenchmarkOptions> OptionsFromFlags() {
   }
   options.model_name = absl::GetFlag(FLAGS_model);
   options.lengths_flag = absl::GetFlag(FLAGS_lengths);
-  // Under `bazel run` the runfiles hold data/lengths; otherwise resolve
-  // against the user's directory.
-  options.lengths_path = options.lengths_flag;
-  if (!std::ifstream(options.lengths_path).good()) {
-    const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
-    options.lengths_path =
-        ResolvePath(options.lengths_path, wd == nullptr ? "" : wd);
-  }
+  // The user's file, else the bundled trace from any working directory.
+  options.lengths_path =
+      ResolveInput(options.lengths_flag, BazelWorkingDirectory());
   options.goal_p99_ms = absl::GetFlag(FLAGS_goal_p99_ms);
   options.goal_steps_per_s = absl::GetFlag(FLAGS_goal_steps_per_s);
   options.goal_agents = absl::GetFlag(FLAGS_goal_agents);
@@ -321,9 +316,8 @@ void PrintTables(const std::vector<RowResult>& rows) {
         "%6d  %6d  %9.2f  %5.0f  %6.2f  %10.2f  %10.2f  %7.2f  %10.2f  "
         "%11.2f  %11.0f%%  %4.0f%%  %7d  %10.2f\n",
         r.agents, r.relays, r.relay_cpu_ms_per_step, r.bytes_per_message,
-        r.client_ms_per_step,
-        r.agents_cpu_ms_per_step, r.server_cpu_ms_per_step,
-        r.rpc_cpu_ms_per_step, r.process_cores,
+        r.client_ms_per_step, r.agents_cpu_ms_per_step,
+        r.server_cpu_ms_per_step, r.rpc_cpu_ms_per_step, r.process_cores,
         r.other_cores, 100 * r.machine_busy, 100 * r.machine_steal, r.threads,
         r.register_s);
   }
@@ -474,7 +468,8 @@ absl::Status Run(const BenchmarkOptions& options) {
     config.relays = nullptr;
     rows.push_back(RunOneRow(config));
     if (options.relay_binary.empty()) continue;
-    const int count = (n + options.ranks_per_relay - 1) / options.ranks_per_relay;
+    const int count =
+        (n + options.ranks_per_relay - 1) / options.ranks_per_relay;
     RelayProcesses relays(options.relay_binary, count, absl::Seconds(1));
     config.relays = &relays;
     rows.push_back(RunOneRow(config));
