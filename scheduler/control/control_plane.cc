@@ -23,10 +23,15 @@ namespace {
 /// thread when it passes).
 constexpr absl::Duration kProfilePoll = absl::Milliseconds(100);
 
-/// How often the planner thread looks for failed ranks.
-absl::Duration LivenessPoll(absl::Duration rank_timeout) {
-  return std::clamp(rank_timeout / 10, absl::Milliseconds(10),
-                    absl::Seconds(1));
+/// How often the planner thread looks for failed ranks: a tenth of the
+/// shorter timeout in use.
+absl::Duration LivenessPoll(absl::Duration rank_timeout,
+                            absl::Duration step_timeout) {
+  absl::Duration shortest = absl::InfiniteDuration();
+  for (absl::Duration t : {rank_timeout, step_timeout}) {
+    if (t > absl::ZeroDuration()) shortest = std::min(shortest, t);
+  }
+  return std::clamp(shortest / 10, absl::Milliseconds(10), absl::Seconds(1));
 }
 
 /// Renames the planner's ranks 0..n-1 of a world of `members` to theirs.
@@ -133,6 +138,7 @@ StepWindowOptions WindowOptions(const ControlPlaneOptions& o,
       o.model.name, o.max_message_bytes, o.lookahead_steps,
       o.max_steps,  o.max_task_seconds,  clock};
   window.rank_timeout = o.rank_timeout;
+  window.step_timeout = o.step_timeout;
   window.on_rank_failure = o.on_rank_failure;
   return window;
 }
@@ -405,7 +411,8 @@ void ControlPlane::PlannerLoop() {
     absl::StatusOr<bool> planned = PlanOneStep();
     if (planned.ok() && *planned) continue;
     absl::Duration wait = absl::InfiniteDuration();
-    if (window_.detects_failures()) wait = LivenessPoll(options_.rank_timeout);
+    if (window_.detects_failures())
+      wait = LivenessPoll(options_.rank_timeout, options_.step_timeout);
     if (profile_.pending()) wait = std::min(wait, kProfilePoll);
     AwaitWake(seen, wait);
   }

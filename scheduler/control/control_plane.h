@@ -152,6 +152,12 @@ struct ControlPlaneOptions {
   /// planner thread every tenth of it (10 ms to 1 s). Zero: never (the
   /// default here; dcp-scheduler's --rank_timeout defaults to 60 s).
   absl::Duration rank_timeout = absl::ZeroDuration();
+  /// A rank whose plan stream is open but that reported nothing for this
+  /// long while owing a step it was sent is declared failed too (its
+  /// stream is ended), even when no other rank reported the step either
+  /// (a whole world stuck in a collective). Zero: never (the default here
+  /// and dcp-scheduler's --step_timeout); set it above the longest step.
+  absl::Duration step_timeout = absl::ZeroDuration();
   /// What a failure does: hold the job until the rank returns, or shrink
   /// the world (see `StepWindow::CheckLiveness`). With `state_store`, each
   /// shrink and grow is made durable before any plan of its epoch (see the

@@ -945,6 +945,41 @@ TEST_F(ControlPlaneTest, PlannerThreadPlansAheadAndShutdownEndsStreams) {
   EXPECT_GE(planned.load(), 4);
 }
 
+TEST_F(ControlPlaneTest, AWorldStuckInAStepIsFailedAtTheStepTimeout) {
+  // Every rank has its stream open and was sent step 0, and none reports
+  // it (a collective every rank waits in): no rank is behind another, so
+  // only --step_timeout finds them; their streams end with the reason.
+  ControlPlaneOptions o = Options();
+  o.step_timeout = absl::Seconds(30);
+  std::vector<RankFailureEvent> events;
+  o.on_rank_event = [&](const RankFailureEvent& e) { events.push_back(e); };
+  auto cp = Start(o);
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  std::vector<int64_t> streams;
+  for (int r = 0; r < kWorld; ++r) {
+    streams.push_back(*cp->OpenStream(r, "sess", 0, [] {}));
+  }
+  ASSERT_GT(*cp->PlanAvailableSteps(), 0);
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<StreamNext> sent = Pull(*cp, streams[r]);
+    ASSERT_FALSE(sent.empty());
+    EXPECT_EQ(sent[0].update->step().step(), 0);
+  }
+  clock_.Advance(o.step_timeout - absl::Milliseconds(1));
+  ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+  EXPECT_TRUE(events.empty());
+  clock_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].failed, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_THAT(events[0].reasons[0], HasSubstr("--step_timeout"));
+  std::vector<StreamNext> ended = Pull(*cp, streams[0]);
+  ASSERT_FALSE(ended.empty());
+  EXPECT_EQ(ended.back().end_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ended.back().end_status.message(), HasSubstr("step 0"));
+}
+
 TEST_F(ControlPlaneTest, ShrinkReplansTheOpenStepsForTheRemainingRanks) {
   ControlPlaneOptions o = Options();
   o.rank_timeout = absl::Seconds(10);

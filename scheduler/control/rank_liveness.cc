@@ -26,8 +26,10 @@ bool RankLiveness::OnRegistered(int rank, absl::Time now) {
   r.awaited_back = false;
   r.failed = false;
   r.last_heard = now;
-  // A rank back (or a new process of it) gets a whole timeout to catch up.
+  // A rank back (or a new process of it) gets a whole timeout to catch up;
+  // its new stream sends again what it owes.
   for (auto& [step, since] : r.awaited) since = now;
+  r.sent.clear();
   return returned;
 }
 
@@ -41,6 +43,10 @@ void RankLiveness::OnStreamClosed(int rank, absl::Time now) {
   ranks_[rank].last_heard = now;
 }
 
+void RankLiveness::OnStepSent(int rank, int64_t step, absl::Time now) {
+  ranks_[rank].sent.try_emplace(step, now);
+}
+
 void RankLiveness::OnSeen(int rank, absl::Time now) {
   ranks_[rank].last_heard = now;
 }
@@ -48,7 +54,9 @@ void RankLiveness::OnSeen(int rank, absl::Time now) {
 void RankLiveness::OnReported(int rank, int64_t step, absl::Time now) {
   Rank& r = ranks_[rank];
   r.last_heard = now;
+  r.last_report = now;
   r.awaited.erase(r.awaited.begin(), r.awaited.upper_bound(step));
+  r.sent.erase(r.sent.begin(), r.sent.upper_bound(step));
 }
 
 void RankLiveness::OnStepAwaiting(int64_t step, const std::vector<int>& missing,
@@ -64,7 +72,10 @@ void RankLiveness::OnStepReport(int64_t step, absl::Time now) {
 void RankLiveness::OnStepComplete(int64_t step) { step_reported_.erase(step); }
 
 void RankLiveness::ForgetAwaited() {
-  for (Rank& r : ranks_) r.awaited.clear();
+  for (Rank& r : ranks_) {
+    r.awaited.clear();
+    r.sent.clear();
+  }
   step_reported_.clear();
 }
 
@@ -79,6 +90,16 @@ int64_t RankLiveness::OverdueStep(const Rank& r, absl::Time now) const {
   return -1;
 }
 
+int64_t RankLiveness::StalledStep(const Rank& r, absl::Time now) const {
+  if (options_.step_timeout <= absl::ZeroDuration() || !r.connected ||
+      r.sent.empty()) {
+    return -1;
+  }
+  const auto& [step, sent] = *r.sent.begin();
+  const absl::Time since = std::max(sent, r.last_report);
+  return now - since >= options_.step_timeout ? step : -1;
+}
+
 std::string RankLiveness::FailureReason(int rank) const {
   const Rank& r = ranks_[rank];
   if (!r.failed) return "";
@@ -86,6 +107,13 @@ std::string RankLiveness::FailureReason(int rank) const {
     return absl::StrCat("rank ", rank, " did not register within ",
                         absl::FormatDuration(options_.timeout),
                         " (--rank_timeout) of the scheduler's restart");
+  }
+  if (r.stalled) {
+    return absl::StrCat("rank ", rank, " made no progress on step ",
+                        r.hung_step, " for ",
+                        absl::FormatDuration(options_.step_timeout),
+                        " (--step_timeout): its plan stream is open but it "
+                        "reported nothing");
   }
   if (r.hung_step >= 0) {
     return absl::StrCat("rank ", rank, " did not report step ", r.hung_step,
@@ -116,11 +144,16 @@ std::vector<int> RankLiveness::Check(absl::Time now) {
   for (int rank = 0; rank < static_cast<int>(ranks_.size()); ++rank) {
     Rank& r = ranks_[rank];
     if (!(r.registered || r.awaited_back) || r.failed) continue;
-    const bool gone = !r.connected && now - r.last_heard >= options_.timeout;
-    const int64_t overdue = gone ? -1 : OverdueStep(r, now);
-    if (!gone && overdue < 0) continue;
+    const bool timed = options_.timeout > absl::ZeroDuration();
+    const bool gone =
+        timed && !r.connected && now - r.last_heard >= options_.timeout;
+    const int64_t overdue = gone || !timed ? -1 : OverdueStep(r, now);
+    const int64_t stalled = gone || overdue >= 0 ? -1 : StalledStep(r, now);
+    if (!gone && overdue < 0 && stalled < 0) continue;
     r.failed = true;
-    r.hung_step = overdue;
+    r.stalled = stalled >= 0;
+    r.hung_step = r.stalled ? stalled : overdue;
+    r.sent.clear();
     ++failures_;
     failed.push_back(rank);
   }

@@ -34,6 +34,14 @@ struct RankLivenessOptions {
   /// stream opened or closed), or it did not report a step that every
   /// other member of the step's world had reported. Zero or less: never.
   absl::Duration timeout = absl::Seconds(60);
+  /// A registered rank with an open stream is also declared failed when it
+  /// owes a step it was sent and reported nothing for this long: since the
+  /// later of that step's sending and its last report (stalled: a step, or
+  /// the collective every rank of it waits in, that never ends). Unlike
+  /// `timeout`'s hung rule it needs no other rank to have reported, so it
+  /// catches a whole world stuck in one step. Zero or less: never; set it
+  /// above the longest step.
+  absl::Duration step_timeout = absl::ZeroDuration();
 };
 
 /// The liveness bookkeeping of a job's ranks, after Ray's
@@ -50,7 +58,11 @@ struct RankLivenessOptions {
 ///     of s from a rank outside the ranks still missing (`OnStepAwaiting`),
 ///     so one long step is no failure: every rank is slow then, and the
 ///     clock starts only once the others are done with s. With several
-///     ranks missing, it starts when every rank outside them reported.
+///     ranks missing, it starts when every rank outside them reported;
+///   - stalled (with `step_timeout`): its stream is open but it reported
+///     nothing for `step_timeout` while owing a step it was sent
+///     (`OnStepSent`).
+
 /// A failed rank stays failed until it registers again; a registration
 /// restarts the clocks of the steps it still owes.
 ///
@@ -79,7 +91,10 @@ class RankLiveness {
  public:
   explicit RankLiveness(RankLivenessOptions options);
 
-  bool enabled() const { return options_.timeout > absl::ZeroDuration(); }
+  bool enabled() const {
+    return options_.timeout > absl::ZeroDuration() ||
+           options_.step_timeout > absl::ZeroDuration();
+  }
   absl::Duration timeout() const { return options_.timeout; }
 
   /// `rank` registered at `now`; true when it was failed (it returned).
@@ -87,6 +102,9 @@ class RankLiveness {
   /// Its plan stream opened or ended at `now`.
   void OnStreamOpened(int rank, absl::Time now);
   void OnStreamClosed(int rank, absl::Time now);
+  /// Step `step` went down `rank`'s stream at `now`: it owes a report of it
+  /// (`step_timeout`).
+  void OnStepSent(int rank, int64_t step, absl::Time now);
   /// Something came from the rank (a report) at `now`.
   void OnSeen(int rank, absl::Time now);
   /// `rank` reported `step` at `now` (ranks report their steps in order, so
@@ -141,12 +159,21 @@ class RankLiveness {
     /// its registration); the later of that and the step's last report
     /// (`step_reported_`) is when it started.
     std::map<int64_t, absl::Time> awaited;
+    /// Steps sent down its stream and not reported yet, with when.
+    std::map<int64_t, absl::Time> sent;
+    /// Its last report of a step.
+    absl::Time last_report = absl::InfinitePast();
     /// The step it failed on for not reporting it; -1: it was gone.
     int64_t hung_step = -1;
+    /// Whether that was by `step_timeout` (stalled) rather than `timeout`.
+    bool stalled = false;
   };
 
   /// The first step `r` owes whose clock ran out at `now`; -1: none.
   int64_t OverdueStep(const Rank& r, absl::Time now) const;
+  /// The step `r` was sent and stalled on by `now` (`step_timeout`); -1:
+  /// none.
+  int64_t StalledStep(const Rank& r, absl::Time now) const;
 
   const RankLivenessOptions options_;
   std::vector<Rank> ranks_;

@@ -310,5 +310,79 @@ TEST(RankFailurePolicyTest, Names) {
   EXPECT_EQ(RankFailurePolicyName(RankFailurePolicy::kShrink), "shrink");
 }
 
+constexpr absl::Duration kStepTimeout = absl::Seconds(30);
+
+class RankStallTest : public ::testing::Test {
+ protected:
+  RankStallTest() : live_({4, kTimeout, kStepTimeout}) {
+    for (int r = 0; r < 4; ++r) {
+      live_.OnRegistered(r, clock_.Now());
+      live_.OnStreamOpened(r, clock_.Now());
+    }
+  }
+  FakeClock clock_;
+  RankLiveness live_;
+};
+
+TEST_F(RankStallTest, AWholeWorldStuckInAStepFailsAtTheStepTimeout) {
+  // Every rank got step 0 and none reports it: no rank is behind the
+  // others (the hung rule never fires), but the step never ends.
+  for (int r = 0; r < 4; ++r) live_.OnStepSent(r, 0, clock_.Now());
+  clock_.Advance(kStepTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(live_.FailureReason(2),
+            "rank 2 made no progress on step 0 for 30s (--step_timeout): its "
+            "plan stream is open but it reported nothing");
+  // Back by registering, with nothing owed until a step is sent again.
+  EXPECT_TRUE(live_.OnRegistered(2, clock_.Now()));
+  live_.OnStreamOpened(2, clock_.Now());
+  clock_.Advance(10 * kStepTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+}
+
+TEST_F(RankStallTest, TheClockRunsFromTheLastReportNotFromTheSending) {
+  // Steps 0 and 1 sent at once (look-ahead); a report of 0 at 20 s restarts
+  // the clock for 1.
+  live_.OnStepSent(1, 0, clock_.Now());
+  live_.OnStepSent(1, 1, clock_.Now());
+  clock_.Advance(absl::Seconds(20));
+  live_.OnReported(1, 0, clock_.Now());
+  clock_.Advance(kStepTimeout - absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(1));
+  EXPECT_THAT(live_.FailureReason(1), ::testing::HasSubstr("on step 1"));
+}
+
+TEST_F(RankStallTest, ARankOwingNothingOrWithoutAStreamIsNotStalled) {
+  // Rank 0 waits for a plan (nothing sent): never stalled. Rank 3 was sent
+  // a step but its stream ended: the gone rule (`timeout`) applies, not
+  // this one.
+  live_.OnStepSent(3, 0, clock_.Now());
+  live_.OnStreamClosed(3, clock_.Now());
+  clock_.Advance(kTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), ElementsAre(3));
+  EXPECT_THAT(live_.FailureReason(3), ::testing::HasSubstr("--rank_timeout"));
+  clock_.Advance(10 * kStepTimeout);
+  EXPECT_THAT(live_.Check(clock_.Now()), IsEmpty());
+}
+
+TEST(RankStallOnlyTest, TheStepTimeoutAloneDetectsStallsNotGoneRanks) {
+  FakeClock clock;
+  RankLiveness live({2, absl::ZeroDuration(), kStepTimeout});
+  EXPECT_TRUE(live.enabled());
+  for (int r = 0; r < 2; ++r) {
+    live.OnRegistered(r, clock.Now());
+    live.OnStreamOpened(r, clock.Now());
+  }
+  live.OnStreamClosed(0, clock.Now());
+  live.OnStepSent(1, 0, clock.Now());
+  clock.Advance(kStepTimeout);
+  EXPECT_THAT(live.Check(clock.Now()), ElementsAre(1));
+  EXPECT_FALSE(live.failed(0));
+}
+
 }  // namespace
 }  // namespace dcp

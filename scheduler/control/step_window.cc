@@ -42,7 +42,8 @@ StepWindow::StepWindow(StepWindowOptions options)
               options_.max_task_seconds},
       clock_(options_.clock),
       ranks_(options_.world_size),
-      liveness_({options_.world_size, options_.rank_timeout}),
+      liveness_(
+          {options_.world_size, options_.rank_timeout, options_.step_timeout}),
       members_(options_.world_size, true) {}
 
 // ----------------------------------------------------------- registration
@@ -216,6 +217,7 @@ StreamNext StepWindow::NextForStream(
     stream.cursor = step + 1;
     rank.last_sent_step = std::max(rank.last_sent_step, step);
     rank.last_seen = clock_->Now();
+    liveness_.OnStepSent(stream.rank, step, rank.last_seen);
     return Send(window_[step - completed_steps_].updates[stream.rank]);
   }
   if (StreamsDrain()) {
@@ -465,8 +467,8 @@ StepArena StepArena::New() {
   options.max_block_size = 1 << 20;
   StepArena out;
   out.arena = std::make_shared<google::protobuf::Arena>(options);
-  out.plan = google::protobuf::Arena::CreateMessage<v1::StepPlan>(
-      out.arena.get());
+  out.plan =
+      google::protobuf::Arena::CreateMessage<v1::StepPlan>(out.arena.get());
   return out;
 }
 

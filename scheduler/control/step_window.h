@@ -84,6 +84,10 @@ struct StepWindowOptions {
   /// or that did not report a step this long after the rest of the step's
   /// world did, is declared failed (`RankLiveness`); zero: never.
   absl::Duration rank_timeout = absl::ZeroDuration();
+  /// A rank with an open stream that reported nothing for this long while
+  /// owing a step it was sent is declared failed (`RankLiveness`, stalled);
+  /// zero: never.
+  absl::Duration step_timeout = absl::ZeroDuration();
   /// What a failure does (see `CheckLiveness`).
   RankFailurePolicy on_rank_failure = RankFailurePolicy::kHold;
 };
@@ -208,9 +212,10 @@ class StepWindow {
 
   /// Declares failed (by the clock, now) the ranks whose stream is gone and
   /// that were silent for `rank_timeout`, and those that did not report a
-  /// step for `rank_timeout` after the rest of its world did (hung: see
-  /// `RankLiveness`); ends their plan streams with UNAVAILABLE (a rank
-  /// that wakes up registers again and returns) and acts on the policy:
+  /// step for `rank_timeout` after the rest of its world did (hung), or
+  /// reported nothing for `step_timeout` while owing a step it was sent
+  /// (stalled: see `RankLiveness`); ends their plan streams with UNAVAILABLE (a
+  /// rank that wakes up registers again and returns) and acts on the policy:
   ///   - hold: nothing new is planned while a rank is failed (the steps
   ///     planned are still served); a failed rank's registration ends it.
   ///   - shrink: a new epoch for the ranks not failed; the steps not
@@ -233,7 +238,8 @@ class StepWindow {
   std::optional<RankFailureEvent> CheckLiveness() ABSL_LOCKS_EXCLUDED(mu_);
   /// Whether failures are detected, and how often to check.
   bool detects_failures() const {
-    return options_.rank_timeout > absl::ZeroDuration();
+    return options_.rank_timeout > absl::ZeroDuration() ||
+           options_.step_timeout > absl::ZeroDuration();
   }
 
   /// See `ControlPlane::OpenStream`; also UNAVAILABLE after `Shutdown`.
@@ -401,15 +407,15 @@ class StepWindow {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Under shrink: abandons the window's steps for a new epoch of the
   /// ranks not failed, once `persist` kept the change; fills `event`.
-  void ShrinkLocked(
-      RankFailureEvent& event,
-      absl::FunctionRef<absl::Status(const EpochChange&)> persist)
+  void ShrinkLocked(RankFailureEvent& event,
+                    absl::FunctionRef<absl::Status(const EpochChange&)> persist)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// The members of `world` (indexed by rank), ascending.
   std::vector<int> RanksOf(const std::vector<bool>& world) const;
   /// `ranks` (ascending, each in the world) indexed by rank; every rank
   /// when empty. FAILED_PRECONDITION naming a rank outside the world.
-  absl::StatusOr<std::vector<bool>> WorldOf(const std::vector<int>& ranks) const;
+  absl::StatusOr<std::vector<bool>> WorldOf(
+      const std::vector<int>& ranks) const;
   /// Tells the ranks of `record` (a step of the current epoch) the first
   /// step the shrink that began the epoch abandoned, if any.
   void MarkAbandonedFrom(StepRecord& record) const

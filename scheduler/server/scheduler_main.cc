@@ -126,6 +126,12 @@ ABSL_FLAG(absl::Duration, rank_timeout, absl::Seconds(60),
           "for this long, or that has not reported a step this long after "
           "every other rank of its world did, is declared failed (0 "
           "disables detection).");
+ABSL_FLAG(absl::Duration, step_timeout, absl::ZeroDuration(),
+          "A rank whose plan stream is open but that has reported nothing "
+          "for this long while owing a step it was sent is declared failed "
+          "(stalled), even when no other rank reported the step either (a "
+          "whole world stuck in a collective). Set it above the longest "
+          "step; 0 (the default) disables it.");
 ABSL_FLAG(std::string, on_rank_failure, "hold",
           "What a failed rank does to the job. hold: plan no new step until "
           "it registers again; shrink: a new epoch for the remaining ranks, "
@@ -328,6 +334,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.profile_timeout = absl::GetFlag(FLAGS_profile_timeout);
   ASSIGN_OR_RETURN(cp.profile_lengths, ProfileLengthsFromFlag());
   cp.rank_timeout = absl::GetFlag(FLAGS_rank_timeout);
+  cp.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   const std::string policy = absl::GetFlag(FLAGS_on_rank_failure);
   if (policy == "hold") {
     cp.on_rank_failure = RankFailurePolicy::kHold;
@@ -339,6 +346,9 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   }
   if (cp.rank_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--rank_timeout must be >= 0");
+  }
+  if (cp.step_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--step_timeout must be >= 0");
   }
   if (cp.cluster.gpus_per_node <= 0) {
     return absl::InvalidArgumentError("--gpus_per_node must be positive");
@@ -402,6 +412,14 @@ void LogFailureDetection() {
                  "%s dcp-scheduler: --rank_timeout=0: failed ranks are not "
                  "detected (a dead rank stalls the job)\n",
                  Now().c_str());
+  }
+  if (absl::GetFlag(FLAGS_step_timeout) > absl::ZeroDuration()) {
+    std::fprintf(stderr,
+                 "%s dcp-scheduler: a rank that reports nothing for %s while "
+                 "owing a step (--step_timeout) is declared failed\n",
+                 Now().c_str(),
+                 absl::FormatDuration(absl::GetFlag(FLAGS_step_timeout))
+                     .c_str());
   }
 }
 
