@@ -19,6 +19,10 @@
 // (the step builder's seeded shuffle and token budget, as dcp-plan and
 // dcp-scheduler do) and start from the same weights (--seed). Rank 0 writes
 // --loss_log: one JSON line a step, {"step","loss","grad_norm","tokens"}.
+// With --local_world, --plan_log gets one JSON line a planned step, each
+// task's group size and Ulysses degree, and the launcher's last line counts
+// the planned tasks by those two (a task of more ranks than the model has
+// heads runs Ulysses inside a ring).
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +45,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client_lib/client.h"
@@ -50,6 +57,7 @@
 #include "examples/local_planner.h"
 #include "examples/loss_log.h"
 #include "examples/rank_processes.h"
+#include "nlohmann/json.hpp"
 #include "proto/plan.pb.h"
 #include "scheduler/cli/job_config.h"
 #include "scheduler/server/scheduler_server.h"
@@ -108,6 +116,11 @@ ABSL_FLAG(int, world_size, 0,
 ABSL_FLAG(int, local_world, 0,
           "dcp mode: start a scheduler in this process and this many ranks "
           "as child processes, instead of being one rank.");
+ABSL_FLAG(std::string, plan_log, "",
+          "--local_world: write one JSON line per step the scheduler plans "
+          "here, {\"epoch\":E,\"step\":S,\"tasks\":[{\"group_size\":P,"
+          "\"ulysses\":U,\"recompute\":R},...]} in execution order (U < P: "
+          "U-way Ulysses inside a ring of P / U).");
 ABSL_FLAG(bool, cpu_clock, false,
           "Time steps on the process's CPU clock rather than the wall clock "
           "(--local_world's ranks do: they share this host's cores).");
@@ -372,7 +385,42 @@ struct PlannedCounts {
   std::atomic<int64_t> tasks{0};
   // Steps with at least one task over a sequence-parallel group (p > 1).
   std::atomic<int64_t> grouped_steps{0};
+  absl::Mutex mu;
+  // Tasks by (group size p, Ulysses degree u).
+  std::map<std::pair<int, int>, int64_t> shapes ABSL_GUARDED_BY(mu);
+  // --plan_log (null without it), and whether every write to it succeeded.
+  std::unique_ptr<std::ofstream> plan_log ABSL_GUARDED_BY(mu);
+  bool plan_log_ok ABSL_GUARDED_BY(mu) = true;
 };
+
+// `e`'s --plan_log line.
+std::string PlanLogLine(const PlannedStepEvent& e) {
+  nlohmann::ordered_json tasks = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < e.task_group_sizes.size(); ++i) {
+    tasks.push_back({{"group_size", e.task_group_sizes[i]},
+                     {"ulysses", e.task_ulysses[i]},
+                     {"recompute", e.task_recompute[i]}});
+  }
+  const nlohmann::ordered_json line = {
+      {"epoch", e.epoch}, {"step", e.step}, {"tasks", std::move(tasks)}};
+  return line.dump();
+}
+
+// The planned tasks by shape, e.g. "1 rank: 20, 2 ranks (u=2): 5, 4 ranks
+// (u=2, ring of 2): 3": a ring shows as u < p.
+std::string ShapeSummary(PlannedCounts& counts) {
+  absl::MutexLock lock(&counts.mu);
+  std::vector<std::string> parts;
+  for (const auto& [shape, tasks] : counts.shapes) {
+    const auto [p, u] = shape;
+    std::string part = absl::StrCat(p, p == 1 ? " rank" : " ranks");
+    if (p > 1) absl::StrAppend(&part, " (u=", u);
+    if (u < p) absl::StrAppend(&part, ", ring of ", p / u);
+    if (p > 1) absl::StrAppend(&part, ")");
+    parts.push_back(absl::StrCat(part, ": ", tasks));
+  }
+  return absl::StrJoin(parts, ", ");
+}
 
 // The scheduler --local_world starts, planning `job` for `steps` steps. It
 // draws the batches LocalPlanner does: ControlPlane::Start gives its step
@@ -400,6 +448,14 @@ SchedulerServerOptions SchedulerOptions(TrainJob job, int64_t steps,
     counts->steps += 1;
     counts->tasks += e.tasks;
     if (e.groups > 0) counts->grouped_steps += 1;
+    absl::MutexLock lock(&counts->mu);
+    for (size_t i = 0; i < e.task_group_sizes.size(); ++i) {
+      counts->shapes[{e.task_group_sizes[i], e.task_ulysses[i]}] += 1;
+    }
+    if (counts->plan_log != nullptr) {
+      *counts->plan_log << PlanLogLine(e) << "\n" << std::flush;
+      if (!counts->plan_log->good()) counts->plan_log_ok = false;
+    }
   };
   return options;
 }
@@ -445,9 +501,21 @@ absl::Status RunLocalWorld(int world, int64_t steps) {
   // What every rank would refuse, refused once before anything starts.
   RETURN_IF_ERROR(TrainerFromFlags(world, 0).status());
   RETURN_IF_ERROR(LogFromFlags(/*write=*/true, "", /*echo=*/false).status());
+  auto counts = std::make_shared<PlannedCounts>();
+  const std::string plan_log = absl::GetFlag(FLAGS_plan_log);
+  if (!plan_log.empty()) {
+    auto out =
+        std::make_unique<std::ofstream>(Resolved(plan_log), std::ios::trunc);
+    if (!out->is_open()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--plan_log=", plan_log, ": cannot open ",
+                       Resolved(plan_log), " for writing"));
+    }
+    absl::MutexLock lock(&counts->mu);
+    counts->plan_log = std::move(out);
+  }
   ASSIGN_OR_RETURN(std::string self, SelfExecutable());
   const absl::Time start = absl::Now();
-  auto counts = std::make_shared<PlannedCounts>();
   ASSIGN_OR_RETURN(
       std::unique_ptr<SchedulerServer> server,
       SchedulerServer::Start(SchedulerOptions(std::move(job), steps, counts)));
@@ -471,6 +539,13 @@ absl::Status RunLocalWorld(int world, int64_t steps) {
                 absl::ToDoubleSeconds(absl::Now() - start),
                 counts->tasks.load(), counts->grouped_steps.load(),
                 counts->steps.load(), status.refits());
+  absl::FPrintF(stderr, "dcp-train: planned tasks by group: %s\n",
+                ShapeSummary(*counts));
+  absl::MutexLock lock(&counts->mu);
+  if (!counts->plan_log_ok) {
+    return absl::DataLossError(absl::StrCat(
+        "--plan_log=", plan_log, ": cannot write to ", Resolved(plan_log)));
+  }
   return absl::OkStatus();
 }
 
@@ -489,6 +564,13 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("--local_world=", local_world,
                      ": must be a positive rank count, with --mode=dcp"));
+  }
+  const std::string plan_log = absl::GetFlag(FLAGS_plan_log);
+  if (!plan_log.empty() && local_world == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--plan_log=", plan_log,
+                     ": needs --mode=dcp --local_world=N (the scheduler "
+                     "it starts writes it)"));
   }
   train::SetTorchThreads(threads);
   if (mode == "single") return RunSingle(steps);

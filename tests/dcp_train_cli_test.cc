@@ -1,14 +1,16 @@
 // dcp-train end to end: the real binary trains the same steps in one process
 // (--mode=single) and as a dcp job on this host (--mode=dcp --local_world=4:
 // a scheduler in its process, four rank processes on real Gloo groups), in
-// float64, and both loss logs agree step by step; bad flags are refused with
-// a message naming the flag; its default data files are found from any
-// working directory; and the training loops docs/TRAINING.md quotes are the
-// ones examples/dcp_train_main.cc runs.
+// float64, and both loss logs agree step by step; with a model of 2 heads
+// the job also runs sequences over all 4 ranks as Ulysses inside a ring;
+// bad flags are refused with a message naming the flag; its default data
+// files are found from any working directory; and the training loops
+// docs/TRAINING.md quotes are the ones examples/dcp_train_main.cc runs.
 
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <regex>
 #include <string>
 #include <utility>
@@ -57,14 +59,24 @@ std::vector<LogLine> ReadLossLog(const std::string& path) {
   return out;
 }
 
-// dcp-train with the bundled trace and CPU model, `flags` last.
-std::vector<std::string> TrainArgv(const std::vector<std::string>& flags) {
+// The job's trace, model and batch shape.
+struct Job {
+  std::string lengths = "data/lengths/wikipedia.txt";
+  std::string model_config = "data/models/cpu-tiny.json";
+  int64_t window = 128;
+  int64_t tokens_per_step = 512;
+};
+
+// dcp-train on `job` (the bundled trace and CPU model by default), `flags`
+// last.
+std::vector<std::string> TrainArgv(const std::vector<std::string>& flags,
+                                   const Job& job = Job()) {
   std::vector<std::string> argv = {
       Binary("examples/dcp-train"),
-      "--lengths=" + Binary("data/lengths/wikipedia.txt"),
-      "--model_config=" + Binary("data/models/cpu-tiny.json"),
-      "--window=128",
-      "--tokens_per_step=512",
+      "--lengths=" + Binary(job.lengths),
+      "--model_config=" + Binary(job.model_config),
+      absl::StrCat("--window=", job.window),
+      absl::StrCat("--tokens_per_step=", job.tokens_per_step),
       absl::StrCat("--steps=", kSteps),
       "--seed=3",
       "--dtype=float64"};
@@ -72,23 +84,35 @@ std::vector<std::string> TrainArgv(const std::vector<std::string>& flags) {
   return argv;
 }
 
-TEST(DcpTrainCliTest, OneProcessAndADcpJobLogTheSameLosses) {
-  const std::string single_log = testing_process::TmpPath("single.jsonl");
-  const std::string dcp_log = testing_process::TmpPath("dcp.jsonl");
+// Runs `job` in one process (`single_flags` added) and as a dcp job of 4
+// ranks (`dcp_flags` added), both at once to keep the test short, and
+// expects both to exit 0; the runs, the dcp one second.
+std::vector<Child> RunBothWays(const Job& job,
+                               const std::vector<std::string>& single_flags,
+                               const std::vector<std::string>& dcp_flags) {
+  std::vector<std::string> single = {"--mode=single"};
+  single.insert(single.end(), single_flags.begin(), single_flags.end());
+  std::vector<std::string> dcp = {"--mode=dcp", "--local_world=4"};
+  dcp.insert(dcp.end(), dcp_flags.begin(), dcp_flags.end());
   std::vector<Child> runs;
-  testing_process::ChildReaper reaper({&runs});
-  // Both at once, to keep the test short.
-  runs.push_back(testing_process::Spawn(
-      "single", TrainArgv({"--mode=single", "--loss_log=" + single_log})));
-  runs.push_back(testing_process::Spawn(
-      "dcp",
-      TrainArgv({"--mode=dcp", "--local_world=4", "--loss_log=" + dcp_log})));
-  ASSERT_TRUE(testing_process::ExpectAllExit(
-      runs, absl::Now() + absl::Minutes(4), "dcp-train"));
-  for (const Child& run : runs) {
-    ASSERT_EQ(run.exit_code, 0) << testing_process::Describe(runs);
+  {
+    // Kills what still runs when the wait gives up.
+    testing_process::ChildReaper reaper({&runs});
+    runs.push_back(testing_process::Spawn("single", TrainArgv(single, job)));
+    runs.push_back(testing_process::Spawn("dcp", TrainArgv(dcp, job)));
+    EXPECT_TRUE(testing_process::ExpectAllExit(
+        runs, absl::Now() + absl::Minutes(4), "dcp-train"));
   }
+  for (const Child& run : runs) {
+    EXPECT_EQ(run.exit_code, 0) << testing_process::Describe(runs);
+  }
+  return runs;
+}
 
+// The two loss logs hold kSteps steps of the same batches, and the same
+// losses and gradient norms within kLossTolerance.
+void ExpectTheSameLosses(const std::string& single_log,
+                         const std::string& dcp_log) {
   const std::vector<LogLine> want = ReadLossLog(single_log);
   const std::vector<LogLine> got = ReadLossLog(dcp_log);
   ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
@@ -107,6 +131,15 @@ TEST(DcpTrainCliTest, OneProcessAndADcpJobLogTheSameLosses) {
               kLossTolerance * std::fabs(want[i].grad_norm))
         << got[i].grad_norm << " vs " << want[i].grad_norm;
   }
+}
+
+TEST(DcpTrainCliTest, OneProcessAndADcpJobLogTheSameLosses) {
+  const std::string single_log = testing_process::TmpPath("single.jsonl");
+  const std::string dcp_log = testing_process::TmpPath("dcp.jsonl");
+  const std::vector<Child> runs = RunBothWays(
+      Job(), {"--loss_log=" + single_log}, {"--loss_log=" + dcp_log});
+  if (::testing::Test::HasFailure()) return;
+  ExpectTheSameLosses(single_log, dcp_log);
   // The job ran tasks over sequence-parallel groups, not only data
   // parallelism (the launcher's last line counts the steps that had any).
   const std::string dcp_err = testing_process::ReadFile(runs[1].err_path);
@@ -117,6 +150,74 @@ TEST(DcpTrainCliTest, OneProcessAndADcpJobLogTheSameLosses) {
                  "sequence-parallel groups\\)")))
       << dcp_err;
   EXPECT_GT(std::stoi(match[1].str()), 0) << match[0];
+}
+
+// A model of 2 heads on 4 ranks, over the long-context trace at 1,024 tokens
+// a step (a step is mostly one sequence): llama3-8b's costs with those heads
+// spread a sequence over all 4 ranks, more ranks than heads, so the task
+// runs 2-way Ulysses inside a ring of 2 (or, for a short one, a ring of 4),
+// and the losses are still those of one process. The one process plans for
+// 4 ranks as well (--world_size): with 2 kv heads of 2, llama3-8b's weights
+// and optimizer state would not fit one GPU, and its planner refuses a world
+// of 1. The plan changes how a step is packed, not which samples it holds.
+TEST(DcpTrainCliTest, SequencesSpreadPastTheHeadsRunUlyssesInsideRings) {
+  constexpr int kWorld = 4;
+  Job job;
+  job.lengths = "data/lengths/longctx_wlb.txt";
+  job.model_config = "data/models/cpu-tiny-2-heads.json";
+  job.window = 1024;
+  job.tokens_per_step = 1024;
+  const nlohmann::json model = nlohmann::json::parse(
+      testing_process::ReadFile(Binary(job.model_config)), nullptr, false);
+  ASSERT_TRUE(model.is_object()) << job.model_config;
+  const int heads = model.at("heads").get<int>();
+  // A group of the whole world is then a ring of Ulysses groups of `heads`.
+  ASSERT_LT(heads, kWorld);
+  ASSERT_EQ(kWorld % heads, 0);
+
+  const std::string single_log = testing_process::TmpPath("single2.jsonl");
+  const std::string dcp_log = testing_process::TmpPath("dcp2.jsonl");
+  const std::string plan_log = testing_process::TmpPath("plans2.jsonl");
+  const std::vector<Child> runs = RunBothWays(
+      job, {absl::StrCat("--world_size=", kWorld), "--loss_log=" + single_log},
+      {"--loss_log=" + dcp_log, "--plan_log=" + plan_log});
+  if (::testing::Test::HasFailure()) return;
+  ExpectTheSameLosses(single_log, dcp_log);
+
+  // Tasks by (group size, Ulysses degree), from the scheduler's plans.
+  const std::string plans = testing_process::ReadFile(plan_log);
+  std::map<std::pair<int, int>, int> shapes;
+  int64_t steps = 0;
+  for (absl::string_view line :
+       absl::StrSplit(plans, '\n', absl::SkipEmpty())) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << line;
+    EXPECT_EQ(j.at("step").get<int64_t>(), steps) << line;
+    ++steps;
+    for (const nlohmann::json& task : j.at("tasks")) {
+      const int p = task.at("group_size").get<int>();
+      const int u = task.at("ulysses").get<int>();
+      ASSERT_GT(u, 0) << line;
+      EXPECT_EQ(heads % u, 0) << line;
+      EXPECT_EQ(p % u, 0) << line;
+      ++shapes[{p, u}];
+    }
+  }
+  EXPECT_EQ(steps, kSteps) << plans;
+  const int hybrid = shapes[{kWorld, heads}];
+  EXPECT_GT(hybrid, 0) << "no task of " << kWorld << " ranks with u = " << heads
+                       << ":\n"
+                       << plans;
+  // The launcher's last line counts them too.
+  const std::string dcp_err = testing_process::ReadFile(runs[1].err_path);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(
+      dcp_err, match,
+      std::regex(absl::StrCat("planned tasks by group: .*", kWorld,
+                              " ranks \\(u=", heads, ", ring of ",
+                              kWorld / heads, "\\): ([0-9]+)"))))
+      << dcp_err;
+  EXPECT_EQ(std::stoi(match[1].str()), hybrid) << match[0];
 }
 
 // Runs dcp-train with `flags` to its end; its exit code and stderr.
@@ -144,6 +245,9 @@ TEST(DcpTrainCliTest, BadFlagsAreNamed) {
       {{"--mode=dcp", "--local_world=4", "--model_config=/nonexistent.json"},
        "--model_config=/nonexistent.json"},
       {{"--mode=dcp"}, "--scheduler"},
+      {{"--mode=single", "--plan_log=/tmp/plans.jsonl"}, "--plan_log"},
+      {{"--mode=dcp", "--local_world=4", "--plan_log=/nonexistent/plans.jsonl"},
+       "--plan_log=/nonexistent/plans.jsonl"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     SCOPED_TRACE(absl::StrJoin(cases[i].flags, " "));

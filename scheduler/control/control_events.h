@@ -24,10 +24,12 @@ struct PlannedStepEvent {
   /// The planning thread's CPU time over the same span, by the control
   /// plane's CPU clock (`ControlPlaneOptions::planning_cpu_clock`).
   absl::Duration planning_cpu_time;
-  /// Per task, in execution order: its sequence-parallel group size and
-  /// recompute ratio.
+  /// Per task, in execution order: its sequence-parallel group size,
+  /// recompute ratio and Ulysses degree (`Task.ulysses`, 0 read as the
+  /// group size: u < p is u-way Ulysses inside a ring of p / u).
   std::vector<int> task_group_sizes;
   std::vector<double> task_recompute;
+  std::vector<int> task_ulysses;
   /// Each member rank's predicted busy seconds, ascending by rank (ranks a
   /// shrink left out of the step are not in it): the planner's cost model's
   /// times of the rank's tasks, summed (`PredictedRankBusySeconds`).

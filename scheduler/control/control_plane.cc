@@ -217,6 +217,8 @@ PlannedStepEvent PlannedEventOf(const v1::StepPlan& proto,
   for (const v1::Task& task : proto.tasks()) {
     event.task_group_sizes.push_back(task.ranks_size());
     event.task_recompute.push_back(task.recompute());
+    event.task_ulysses.push_back(task.ulysses() > 0 ? task.ulysses()
+                                                    : task.ranks_size());
   }
   const std::vector<double> busy =
       PredictedRankBusySeconds(proto, model, world_size);

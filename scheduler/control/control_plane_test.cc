@@ -980,6 +980,41 @@ TEST_F(ControlPlaneTest, AWorldStuckInAStepIsFailedAtTheStepTimeout) {
   EXPECT_THAT(ended.back().end_status.message(), HasSubstr("step 0"));
 }
 
+// With 2 heads and 4 ranks a sequence over more than 2 ranks runs Ulysses
+// inside a ring: the event names each task's Ulysses degree as its plan does
+// (a plain Ulysses task, whose plan may leave the field 0, as its group
+// size).
+TEST_F(ControlPlaneTest, PlannedStepEventsNameEachTasksUlyssesDegree) {
+  ControlPlaneOptions o = Options();
+  o.model.heads = 2;
+  o.model.kv_heads = 2;
+  std::vector<PlannedStepEvent> events;
+  o.on_step_planned = [&](const PlannedStepEvent& e) { events.push_back(e); };
+  auto cp = Start(std::move(o));
+  ASSERT_NE(cp, nullptr);
+  RegisterAll(*cp);
+  ASSERT_TRUE(cp->PlanAvailableSteps().ok());
+  ASSERT_FALSE(events.empty());
+  int rings = 0;
+  for (const PlannedStepEvent& e : events) {
+    SCOPED_TRACE(absl::StrCat("step ", e.step));
+    absl::StatusOr<v1::StepPlan> plan = cp->PlannedStep(e.step);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(e.task_ulysses.size(), static_cast<size_t>(plan->tasks_size()));
+    ASSERT_EQ(e.task_group_sizes.size(), e.task_ulysses.size());
+    for (int i = 0; i < plan->tasks_size(); ++i) {
+      const v1::Task& task = plan->tasks(i);
+      EXPECT_EQ(e.task_group_sizes[i], task.ranks_size());
+      EXPECT_EQ(e.task_ulysses[i],
+                task.ulysses() > 0 ? task.ulysses() : task.ranks_size());
+      EXPECT_EQ(2 % e.task_ulysses[i], 0);
+      EXPECT_EQ(e.task_group_sizes[i] % e.task_ulysses[i], 0);
+      if (e.task_ulysses[i] < e.task_group_sizes[i]) ++rings;
+    }
+  }
+  EXPECT_GT(rings, 0) << "no task over more ranks than heads";
+}
+
 TEST_F(ControlPlaneTest, ShrinkReplansTheOpenStepsForTheRemainingRanks) {
   ControlPlaneOptions o = Options();
   o.rank_timeout = absl::Seconds(10);
