@@ -77,6 +77,17 @@ class ControlPlaneTest : public ::testing::Test {
     for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(cp.Register(Hello(r)).ok());
   }
 
+  /// Every rank's plan stream, opened (ranks registered).
+  static std::vector<int64_t> OpenAllStreams(ControlPlane& cp) {
+    std::vector<int64_t> streams;
+    for (int r = 0; r < kWorld; ++r) {
+      absl::StatusOr<int64_t> id = cp.OpenStream(r, "sess", 0, [] {});
+      EXPECT_TRUE(id.ok()) << id.status();
+      streams.push_back(id.value_or(-1));
+    }
+    return streams;
+  }
+
   /// The reference cluster the reports' times come from.
   static const ReferenceCluster& Cluster() {
     static const ReferenceCluster* cluster = new ReferenceCluster(
@@ -202,10 +213,7 @@ TEST_F(ControlPlaneTest, EverySampleInExactlyOneTaskOfOneStep) {
   auto cp = Start(Options());
   ASSERT_NE(cp, nullptr);
   RegisterAll(*cp);
-  std::vector<int64_t> streams;
-  for (int r = 0; r < kWorld; ++r) {
-    streams.push_back(*cp->OpenStream(r, "sess", 0, [] {}));
-  }
+  const std::vector<int64_t> streams = OpenAllStreams(*cp);
   std::set<int64_t> all_samples;
   int64_t total_samples = 0;
   std::vector<std::map<int64_t, v1::RankStep>> received(kWorld);
@@ -956,10 +964,7 @@ TEST_F(ControlPlaneTest, AWorldStuckInAStepIsFailedAtTheStepTimeout) {
   auto cp = Start(o);
   ASSERT_NE(cp, nullptr);
   RegisterAll(*cp);
-  std::vector<int64_t> streams;
-  for (int r = 0; r < kWorld; ++r) {
-    streams.push_back(*cp->OpenStream(r, "sess", 0, [] {}));
-  }
+  const std::vector<int64_t> streams = OpenAllStreams(*cp);
   ASSERT_GT(*cp->PlanAvailableSteps(), 0);
   for (int r = 0; r < kWorld; ++r) {
     std::vector<StreamNext> sent = Pull(*cp, streams[r]);
@@ -1024,10 +1029,7 @@ TEST_F(ControlPlaneTest, ShrinkReplansTheOpenStepsForTheRemainingRanks) {
   auto cp = Start(o);
   ASSERT_NE(cp, nullptr);
   RegisterAll(*cp);
-  std::vector<int64_t> streams;
-  for (int r = 0; r < kWorld; ++r) {
-    streams.push_back(*cp->OpenStream(r, "sess", 0, [] {}));
-  }
+  const std::vector<int64_t> streams = OpenAllStreams(*cp);
   ASSERT_EQ(*cp->PlanAvailableSteps(), 3);
   ReportStep(*cp, 0);
   ASSERT_EQ(*cp->PlanAvailableSteps(), 1);  // Steps 1..3 open.
