@@ -248,8 +248,11 @@ class StepPlanner {
     return u == p || node_ % u == 0 || u > node_;
   }
   // The Ulysses degree (dividing the heads and p) under which a task of
-  // `tokens` and `units` on p GPUs runs fastest at recompute step k.
-  int BestUlysses(int p, double tokens, double units, int k) const;
+  // `tokens` and `units` on p GPUs runs fastest at recompute step k; its
+  // time (links as for a group within a node when p fits one) in
+  // `*seconds` when given.
+  int BestUlysses(int p, double tokens, double units, int k,
+                  double* seconds = nullptr) const;
   // The one Ulysses degree of the uniform candidate of p: the best for the
   // step's longest sequence at the least recompute that holds it.
   int UniformUlysses(int p) const;

@@ -77,7 +77,8 @@ void StepPlanner::ChooseShortPackConfig() {
   short_cost_per_token_ = PackCost(short_cap_, 0) / short_cap_;
 }
 
-int StepPlanner::BestUlysses(int p, double tokens, double units, int k) const {
+int StepPlanner::BestUlysses(int p, double tokens, double units, int k,
+                             double* seconds) const {
   const int heads = model_.model().heads;
   const bool intra = p <= node_;
   const double r = Recompute(k);
@@ -91,6 +92,7 @@ int StepPlanner::BestUlysses(int p, double tokens, double units, int k) const {
       best_u = u;
     }
   }
+  if (seconds != nullptr) *seconds = best;
   return best_u;
 }
 
@@ -104,12 +106,19 @@ GroupConfig StepPlanner::MakeConfig(const Item& it, int p, int k) const {
   GroupConfig c;
   c.p = p;
   c.k = k;
-  c.u = BestUlysses(p, it.length, it.units, k);
+  // BestUlysses prices a group that fits a node with its links: that
+  // duration is one of the two.
+  double best = 0;
+  c.u = BestUlysses(p, it.length, it.units, k, &best);
   const double r = Recompute(k);
   c.dur_intra =
-      model_.TaskSecondsFromSums(p, true, it.length, it.units, r, c.u);
+      p <= node_
+          ? best
+          : model_.TaskSecondsFromSums(p, true, it.length, it.units, r, c.u);
   c.dur_inter =
-      model_.TaskSecondsFromSums(p, false, it.length, it.units, r, c.u);
+      p > node_
+          ? best
+          : model_.TaskSecondsFromSums(p, false, it.length, it.units, r, c.u);
   c.area = p * (p <= node_ ? c.dur_intra : c.dur_inter);
   c.spare_tokens = std::floor(p * max_tokens_[k]) - it.length;
   // Marginal GPU-seconds per token of a short sequence added to the group
