@@ -14,6 +14,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/agent_service.grpc.pb.h"
+#include "proto/timing_report.h"
 
 namespace dcp {
 namespace {
@@ -208,31 +209,22 @@ absl::Status Client::ReportStep(const Step& step,
         absl::StrCat("step ", step.step, ": sync time ", sync_seconds,
                      " is not a non-negative number of seconds"));
   }
-  v1::TimingReport report;
-  report.set_epoch(step.epoch);
-  report.set_step(step.step);
-  report.set_rank(rank());
-  report.set_sync_seconds(sync_seconds);
-  for (size_t i = 0; i < step.tasks.size(); ++i) {
-    const StepTask& task = step.tasks[i];
-    if (!(task_seconds[i] > 0) || !std::isfinite(task_seconds[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step ", step.step, " task ", task.task_index, ": time ",
-                       task_seconds[i], " is not positive"));
-    }
-    v1::TaskTiming& timing = *report.add_tasks();
-    timing.set_task_index(task.task_index);
-    timing.set_micro_step(task.micro_step);
-    timing.set_group_size(static_cast<int>(task.group_ranks.size()));
-    int64_t tokens = 0;
-    for (int64_t length : task.lengths) tokens += length;
-    timing.set_tokens(tokens);
-    timing.mutable_sample_lengths()->Add(task.lengths.begin(),
-                                         task.lengths.end());
-    timing.set_recompute(task.recompute);
-    timing.set_ulysses(task.ulysses);
-    timing.set_seconds(task_seconds[i]);
+  if (step.plan.tasks_size() != static_cast<int>(step.tasks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step.step, " has ", step.tasks.size(),
+                     " tasks but the plan it came with has ",
+                     step.plan.tasks_size(), ": report a Step from NextStep"));
   }
+  for (size_t i = 0; i < step.tasks.size(); ++i) {
+    if (!(task_seconds[i] > 0) || !std::isfinite(task_seconds[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", step.step, " task ", step.tasks[i].task_index, ": time ",
+          task_seconds[i], " is not positive"));
+    }
+  }
+  v1::TimingReport report =
+      TimingReportOf(step.plan, task_seconds, sync_seconds);
+  report.set_rank(rank());
   if (agent_ != nullptr) return agent_->ReportTimings(report);
   // The agent makes one attempt at the scheduler; a lost connection is
   // retried here (a report that did arrive is not counted twice).

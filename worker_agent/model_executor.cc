@@ -1,6 +1,5 @@
 #include "worker_agent/model_executor.h"
 
-
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "common/process_memory.h"
 #include "common/profile_point.h"
 #include "common/status_macros.h"
+#include "proto/timing_report.h"
 #include "train/process_groups.h"
 #include "train/rank_plan.h"
 #include "train/torch_threads.h"
@@ -25,8 +25,8 @@ absl::Status CheckOptions(const ModelExecutorOptions& o) {
   };
   if (o.rank < 0) return bad("rank must be >= 0");
   if (o.world_size < 1 || o.rank >= o.world_size) {
-    return bad(absl::StrCat("rank ", o.rank, " is outside a world of ",
-                            o.world_size));
+    return bad(
+        absl::StrCat("rank ", o.rank, " is outside a world of ", o.world_size));
   }
   if (o.token_scale < 1) return bad("token_scale must be at least 1");
   if (o.torch_threads < 0) return bad("torch_threads must be >= 0");
@@ -54,30 +54,14 @@ train::RankTrainerOptions TrainerOptions(const ModelExecutorOptions& o) {
   return t;
 }
 
-// The timing report of `plan` (the unscaled plan: the scheduler's tokens)
-// from the trainer's times.
-v1::TimingReport Report(const v1::RankStep& step, const RankPlan& plan,
+// The timing report of `step` as the scheduler sent it (its tokens, not the
+// scaled ones the trainer ran) from the trainer's times.
+v1::TimingReport Report(const v1::RankStep& step,
                         const train::StepStats& stats) {
-  v1::TimingReport report;
-  report.set_epoch(step.epoch());
-  report.set_step(step.step());
-  report.set_rank(step.rank());
-  for (size_t m = 0; m < plan.tasks.size(); ++m) {
-    const RankTask& task = plan.tasks[m];
-    v1::TaskTiming& timing = *report.add_tasks();
-    timing.set_task_index(task.task_index);
-    timing.set_micro_step(static_cast<int32_t>(m));
-    timing.set_group_size(static_cast<int32_t>(task.group_ranks.size()));
-    timing.set_tokens(task.total_tokens);
-    for (int64_t length : task.lengths) timing.add_sample_lengths(length);
-    timing.set_recompute(task.recompute);
-    timing.set_ulysses(task.ulysses);
-    // The scheduler refuses times that are not positive; a clock that did
-    // not move (a coarse one) still reports a positive time.
-    timing.set_seconds(std::max(stats.task_seconds[m], 1e-9));
-  }
-  report.set_sync_seconds(std::max(stats.sync_seconds, 1e-9));
-  return report;
+  // A sync the trainer timed is a measurement, however short (0 would say
+  // "not measured").
+  return TimingReportOf(step, stats.task_seconds,
+                        std::max(stats.sync_seconds, kMinReportedTaskSeconds));
 }
 
 double Median(std::vector<double> values) {
@@ -154,7 +138,7 @@ absl::StatusOr<StepExecution> ModelExecutor::RunStep(const v1::RankStep& step) {
   }
   const train::StepStats& stats = *ran;
   StepExecution done;
-  done.report = Report(step, plan, stats);
+  done.report = Report(step, stats);
   done.loss = stats.loss;
   done.grad_norm = stats.grad_norm;
   done.tokens = stats.tokens;
@@ -201,10 +185,10 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
         absl::StatusOr<v1::ProfileEntry> entry =
             ProfilePoint(request, group, length, recompute, sample++);
         if (!entry.ok()) {
-          return absl::Status(entry.status().code(),
-                              absl::StrCat(where, ", length ", length,
-                                           ", recompute ", recompute, ": ",
-                                           entry.status().message()));
+          return absl::Status(
+              entry.status().code(),
+              absl::StrCat(where, ", length ", length, ", recompute ",
+                           recompute, ": ", entry.status().message()));
         }
         if (reports) *profile.add_entries() = *std::move(entry);
       }

@@ -25,6 +25,7 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/async_stream.h"
 #include "grpcpp/support/async_unary_call.h"
+#include "proto/timing_report.h"
 
 namespace dcp::plan_delivery {
 
@@ -77,26 +78,19 @@ class Handler {
 /// the step's last-report time.
 void FillReport(AgentRun& run, int rank, const v1::RankStep& step,
                 v1::TimingReport& report) {
-  report.set_epoch(step.epoch());
-  report.set_step(step.step());
-  report.set_rank(rank);
-  report.set_sync_seconds(run.model.SyncSeconds());
-  for (int i = 0; i < step.tasks_size(); ++i) {
-    const v1::Task& task = step.tasks(i);
+  std::vector<double> seconds;
+  seconds.reserve(step.tasks_size());
+  for (const v1::Task& task : step.tasks()) {
     const int p = task.ranks_size();
     const bool intra = p == 0 || task.ranks(0) / run.gpus_per_node ==
                                      task.ranks(p - 1) / run.gpus_per_node;
-    v1::TaskTiming* timing = report.add_tasks();
-    timing->set_task_index(task.task_index());
-    timing->set_micro_step(i);
-    timing->set_group_size(p);
-    timing->set_ulysses(task.ulysses());
-    timing->set_seconds(std::max(
-        1e-6, run.model.TaskSeconds(std::max(p, 1), intra,
-                                    absl::MakeConstSpan(task.lengths().data(),
-                                                        task.lengths_size()),
-                                    task.recompute(), task.ulysses())));
+    seconds.push_back(run.model.TaskSeconds(
+        std::max(p, 1), intra,
+        absl::MakeConstSpan(task.lengths().data(), task.lengths_size()),
+        task.recompute(), task.ulysses()));
   }
+  report = TimingReportOf(step, seconds, run.model.SyncSeconds());
+  report.set_rank(rank);
   run.reports_sent.fetch_add(1, std::memory_order_relaxed);
   if (step.step() >= 0 && step.step() < run.max_steps) {
     const int64_t now = absl::ToUnixNanos(absl::Now());
