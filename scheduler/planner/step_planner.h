@@ -157,7 +157,14 @@ class StepPlanner {
         observer_(observer),
         world_(options.world_size),
         layers_(model.model().layers),
-        node_(model.gpus_per_node()) {}
+        node_(model.gpus_per_node()) {
+    // The Ulysses degrees any group may use, descending (BestUlysses's
+    // order): the head count's divisors.
+    const int heads = model.model().heads;
+    for (int u = heads; u >= 1; --u) {
+      if (heads % u == 0) head_divisors_.push_back(u);
+    }
+  }
 
   absl::StatusOr<StepPlan> Plan(int64_t step, absl::Span<const int64_t> samples,
                                 const LengthView& lengths);
@@ -308,6 +315,7 @@ class StepPlanner {
   const int world_;
   const int layers_;
   const int node_;
+  std::vector<int> head_divisors_;  // descending
 
   absl::Span<const int64_t> samples_;   // the step's samples, as given
   LengthView lengths_;                  // their length table

@@ -79,13 +79,12 @@ void StepPlanner::ChooseShortPackConfig() {
 
 int StepPlanner::BestUlysses(int p, double tokens, double units, int k,
                              double* seconds) const {
-  const int heads = model_.model().heads;
   const bool intra = p <= node_;
   const double r = Recompute(k);
   int best_u = 1;
   double best = std::numeric_limits<double>::infinity();
-  for (int u = std::min(heads, p); u >= 1; --u) {
-    if (heads % u != 0 || p % u != 0 || !RunsUlysses(p, u)) continue;
+  for (int u : head_divisors_) {
+    if (u > p || p % u != 0 || !RunsUlysses(p, u)) continue;
     const double s = model_.TaskSecondsFromSums(p, intra, tokens, units, r, u);
     if (s < best * (1 - 1e-12)) {
       best = s;
