@@ -141,10 +141,10 @@ void RankLiveness::OnRestarted(int rank, absl::Time now) {
 std::vector<int> RankLiveness::Check(absl::Time now) {
   std::vector<int> failed;
   if (!enabled()) return failed;
+  const bool timed = options_.timeout > absl::ZeroDuration();
   for (int rank = 0; rank < static_cast<int>(ranks_.size()); ++rank) {
     Rank& r = ranks_[rank];
     if (!(r.registered || r.awaited_back) || r.failed) continue;
-    const bool timed = options_.timeout > absl::ZeroDuration();
     const bool gone =
         timed && !r.connected && now - r.last_heard >= options_.timeout;
     const int64_t overdue = gone || !timed ? -1 : OverdueStep(r, now);

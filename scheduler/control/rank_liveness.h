@@ -62,7 +62,7 @@ struct RankLivenessOptions {
 ///   - stalled (with `step_timeout`): its stream is open but it reported
 ///     nothing for `step_timeout` while owing a step it was sent
 ///     (`OnStepSent`).
-
+///
 /// A failed rank stays failed until it registers again; a registration
 /// restarts the clocks of the steps it still owes.
 ///
