@@ -14,9 +14,12 @@
 namespace dcp {
 namespace {
 
-// The `ulysses` a task of `p` ranks at Ulysses degree `u` carries: 0 for
-// plain Ulysses, as the planner emits it.
-int TaskUlysses(int p, int u) { return u == p ? 0 : u; }
+// The largest power of two within the world: dynamic CP's largest ring.
+int LargestRing(const ReferenceCluster& cluster) {
+  int p = 1;
+  while (2 * p <= cluster.world_size()) p *= 2;
+  return p;
+}
 
 absl::Status CheckStaticConfig(const ReferenceCluster& cluster,
                                const StaticConfig& config) {
@@ -43,13 +46,6 @@ absl::Status CheckStaticConfig(const ReferenceCluster& cluster,
         ")"));
   }
   return absl::OkStatus();
-}
-
-// The largest power of two within the world: dynamic CP's largest ring.
-int LargestRing(const ReferenceCluster& cluster) {
-  int p = 1;
-  while (2 * p <= cluster.world_size()) p *= 2;
-  return p;
 }
 
 std::vector<int> BlockRanks(int block, int p) {
@@ -234,7 +230,8 @@ std::vector<StaticConfig> StaticShapes(const ReferenceCluster& cluster) {
 
 std::vector<int> DynamicCpGroupSizes(const ReferenceCluster& cluster) {
   std::vector<int> sizes;
-  for (int p = 1; p <= cluster.world_size(); p *= 2) sizes.push_back(p);
+  const int largest = LargestRing(cluster);
+  for (int p = 1; p <= largest; p *= 2) sizes.push_back(p);
   return sizes;
 }
 
@@ -306,7 +303,7 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
       task.ranks = BlockRanks(g, p);
       task.samples = std::move(pack.samples);
       task.recompute = config.recompute;
-      task.ulysses = TaskUlysses(p, u);
+      task.ulysses = TaskPlan::UlyssesField(p, u);
       plan.tasks.push_back(std::move(task));
     }
   }
@@ -473,7 +470,7 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
     for (int r : out.ranks) free_at[r] = best_end;
     out.samples = std::move(task.samples);
     out.recompute = options.recompute;
-    out.ulysses = TaskUlysses(task.p, kRing);
+    out.ulysses = TaskPlan::UlyssesField(task.p, kRing);
     plan.tasks.push_back(std::move(out));
   }
   return plan;

@@ -37,6 +37,9 @@ struct TaskPlan {
   int UlyssesDegree() const {
     return ulysses > 0 ? ulysses : static_cast<int>(ranks.size());
   }
+  /// The `ulysses` of a task of `p` ranks at Ulysses degree `u`: 0 for
+  /// plain Ulysses (u = p), as plans carry it.
+  static int UlyssesField(int p, int u) { return u == p ? 0 : u; }
 };
 
 /// Which of the planner's candidates a plan is: the data-centric search's

@@ -34,7 +34,7 @@ StepPlan StepPlanner::Emit(int64_t step, const Draft& d,
       task.loss_weights.push_back(weight(items_[i]));
     }
     task.recompute = Recompute(t.config.k);
-    task.ulysses = t.config.u == t.config.p ? 0 : t.config.u;
+    task.ulysses = TaskPlan::UlyssesField(t.config.p, t.config.u);
     plan.tasks.push_back(std::move(task));
   }
   for (int r = 0; r < world_; ++r) {
