@@ -18,9 +18,19 @@ std::string Join(const std::string& dir, const std::string& path) {
 
 }  // namespace
 
+std::string BazelWorkingDirectory() {
+  return EnvOrEmpty("BUILD_WORKING_DIRECTORY");
+}
+
+std::string ResolvePath(const std::string& path,
+                        const std::string& working_dir) {
+  if (path.empty() || path[0] == '/' || working_dir.empty()) return path;
+  return working_dir + "/" + path;
+}
+
 DataFileRoots DataFileRoots::OfThisProcess() {
   DataFileRoots roots;
-  roots.user_dir = EnvOrEmpty("BUILD_WORKING_DIRECTORY");
+  roots.user_dir = BazelWorkingDirectory();
   roots.runfiles_dir = EnvOrEmpty("RUNFILES_DIR");
   std::error_code error;
   const std::filesystem::path exe =
@@ -57,12 +67,18 @@ std::string FindDataFile(const std::string& path, const DataFileRoots& roots) {
     std::error_code error;
     if (std::filesystem::exists(candidate, error)) return candidate;
   }
-  if (path.empty() || path[0] == '/' || roots.user_dir.empty()) return path;
-  return Join(roots.user_dir, path);
+  return ResolvePath(path, roots.user_dir);
 }
 
 std::string FindDataFile(const std::string& path) {
   return FindDataFile(path, DataFileRoots::OfThisProcess());
+}
+
+std::string ResolveInput(const std::string& path,
+                         const std::string& working_dir) {
+  DataFileRoots roots = DataFileRoots::OfThisProcess();
+  roots.user_dir = working_dir;
+  return FindDataFile(path, roots);
 }
 
 }  // namespace dcp

@@ -11,6 +11,15 @@
 
 namespace dcp {
 
+/// The user's working directory under `bazel run` (BUILD_WORKING_DIRECTORY),
+/// or "" when not run by Bazel.
+std::string BazelWorkingDirectory();
+
+/// `path` made absolute against `working_dir` when it is relative and
+/// `working_dir` is not empty (for files a command writes).
+std::string ResolvePath(const std::string& path,
+                        const std::string& working_dir);
+
 /// Where a process looks for a relative path, besides its working
 /// directory.
 struct DataFileRoots {
@@ -40,6 +49,12 @@ std::vector<std::string> DataFileCandidates(const std::string& path,
 ///   LoadModelConfig(FindDataFile("data/models/cpu-tiny.json"));
 std::string FindDataFile(const std::string& path, const DataFileRoots& roots);
 std::string FindDataFile(const std::string& path);
+
+/// An input file named on a command line: `FindDataFile` with this
+/// process's roots and `working_dir` as the user's directory (the callers
+/// pass `BazelWorkingDirectory()`).
+std::string ResolveInput(const std::string& path,
+                         const std::string& working_dir);
 
 }  // namespace dcp
 

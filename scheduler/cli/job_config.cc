@@ -1,31 +1,10 @@
 #include "scheduler/cli/job_config.h"
 
-#include <cstdlib>
-
 #include "common/cluster_config.h"
-#include "common/data_files.h"
 #include "common/status_macros.h"
 #include "scheduler/lengths/length_reader.h"
 
 namespace dcp {
-
-std::string BazelWorkingDirectory() {
-  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return wd == nullptr ? "" : wd;
-}
-
-std::string ResolvePath(const std::string& path,
-                        const std::string& working_dir) {
-  if (path.empty() || path[0] == '/' || working_dir.empty()) return path;
-  return working_dir + "/" + path;
-}
-
-std::string ResolveInput(const std::string& path,
-                         const std::string& working_dir) {
-  DataFileRoots roots = DataFileRoots::OfThisProcess();
-  roots.user_dir = working_dir;
-  return FindDataFile(path, roots);
-}
 
 absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
                                             const std::string& working_dir) {

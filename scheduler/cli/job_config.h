@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/data_files.h"  // BazelWorkingDirectory, ResolvePath, ResolveInput
 #include "common/model_spec.h"
 #include "scheduler/planner/cost_model.h"
 
@@ -67,22 +68,6 @@ absl::StatusOr<LoadedJob> LoadJob(const JobConfig& config,
 /// naming the field, or NOT_FOUND naming the built-ins.
 absl::StatusOr<ClusterSpec> LoadClusterFlag(const std::string& name_or_path,
                                             const std::string& working_dir);
-
-/// The user's working directory under `bazel run` (BUILD_WORKING_DIRECTORY),
-/// or "" when not run by Bazel.
-std::string BazelWorkingDirectory();
-
-/// `path` made absolute against `working_dir` when it is relative and
-/// `working_dir` is not empty (for files a command writes).
-std::string ResolvePath(const std::string& path,
-                        const std::string& working_dir);
-
-/// An input file: `working_dir`/path when that exists, else where
-/// `FindDataFile` finds it (the working directory, the binary's runfiles, a
-/// data/ folder beside an installed binary's bin/), else
-/// `ResolvePath(path, working_dir)` for the caller's error to name.
-std::string ResolveInput(const std::string& path,
-                         const std::string& working_dir);
 
 /// Reads lengths; `format` is a name for ParseLengthFormat or "auto" (by
 /// extension); `column` is the CSV/TSV column or JSONL field ("" = default).
