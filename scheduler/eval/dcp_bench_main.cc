@@ -416,9 +416,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(const ClusterSpec prior,
                    LoadClusterFlag(absl::GetFlag(FLAGS_cluster_config), wd));
   ASSIGN_OR_RETURN(LearnedModelOptions learned, LearnedOptionsFromFlags(wd));
-  std::string data_dir = absl::GetFlag(FLAGS_data_dir);
-  // The user's folder, else the bundled one from any working directory.
-  data_dir = ResolveInput(data_dir, wd);
+  // The user's folders, else the bundled ones from any working directory.
+  const std::string data_dir = ResolveInput(absl::GetFlag(FLAGS_data_dir), wd);
   const std::string models_dir =
       ResolveInput(absl::GetFlag(FLAGS_models_dir), wd);
   const bool json = absl::GetFlag(FLAGS_json);
