@@ -140,7 +140,8 @@ def save_gradients(path, model, step):
         record["tasks"] = [{
             "task_index": t.task_index, "samples": list(t.samples),
             "lengths": list(t.lengths), "loss_weights": list(t.loss_weights),
-            "group_ranks": list(t.group_ranks), "recompute": t.recompute,
+            "group_ranks": list(t.group_ranks), "ulysses": t.ulysses,
+            "recompute": t.recompute,
         } for t in step.tasks]
         record["rank_step"] = base64.b64encode(step.plan).decode()
     with open(path, "w") as f:

@@ -48,6 +48,11 @@ MODEL = os.path.join(HERE, "testdata", "tiny_model.json")
 # plans the job as (a tiny model's own costs keep every sequence on one rank).
 PLAN_COSTS = os.path.join(ROOT, "data", "models", "llama3-8b-4-heads.json")
 LENGTHS = os.path.join(ROOT, "data", "lengths", "wikipedia.txt")
+# A model of two heads, planned as Llama 3 8B's sizes with two heads, on long
+# sequences: groups of four ranks are rings of 2-way Ulysses groups.
+MODEL_2_HEADS = os.path.join(ROOT, "data", "models", "cpu-tiny-2-heads.json")
+PLAN_COSTS_2_HEADS = os.path.join(HERE, "testdata", "llama3-8b-2-heads.json")
+LONG_LENGTHS = os.path.join(ROOT, "data", "lengths", "longctx_wlb.txt")
 SEED = 3
 WORLD = 4
 DEADLINE_S = 240
@@ -75,11 +80,12 @@ def free_port():
 class Scheduler:
     """A dcp-scheduler process planning the test job on 127.0.0.1:0."""
 
-    def __init__(self, workdir, world, steps, window=128, tokens=512):
+    def __init__(self, workdir, world, steps, window=128, tokens=512,
+                 lengths=LENGTHS, plan_costs=PLAN_COSTS):
         self.log = open(os.path.join(workdir, "scheduler.log"), "w")
         self.process = subprocess.Popen([
-            SCHEDULER, "--lengths=" + LENGTHS,
-            "--model_config=" + PLAN_COSTS,
+            SCHEDULER, "--lengths=" + lengths,
+            "--model_config=" + plan_costs,
             "--world_size=%d" % world, "--window=%d" % window,
             "--tokens_per_step=%d" % tokens, "--seed=%d" % SEED,
             "--max_steps=%d" % steps, "--listen=127.0.0.1:0",
@@ -124,8 +130,9 @@ class Scheduler:
         self.log.close()
 
 
-def run_ranks(workdir, scheduler):
-    """examples/train.py --mode=dcp as WORLD rank processes; their logs."""
+def run_ranks(workdir, scheduler, model=MODEL):
+    """examples/train.py --mode=dcp as WORLD rank processes, each writing
+    its first step's gradients to workdir/rank<R>.json."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), WORLD_SIZE=str(WORLD),
                PYTHONPATH=os.pathsep.join(sys.path[:2]))
@@ -135,7 +142,7 @@ def run_ranks(workdir, scheduler):
         ranks.append((subprocess.Popen([
             sys.executable, os.path.join(ROOT, "examples", "train.py"),
             "--mode=dcp", "--scheduler=" + scheduler.address,
-            "--model_config=" + MODEL, "--seed=%d" % SEED,
+            "--model_config=" + model, "--seed=%d" % SEED,
             "--dtype=float64", "--save_gradients=" + workdir,
         ], env=dict(env, RANK=str(r)), stdout=log, stderr=subprocess.STDOUT),
             log))
@@ -163,9 +170,9 @@ def relative(got, want):
     return diff / norm if norm > 0 else diff
 
 
-def single_process_gradients(tasks):
+def single_process_gradients(tasks, model_path=MODEL):
     """The step in one process: every task run whole (a group of one)."""
-    spec = load_spec(MODEL)
+    spec = load_spec(model_path)
     model = Transformer(spec, seed=SEED, dtype=torch.float64)
     corpus = dcp.SyntheticCorpus(vocab=spec["vocab"], seed=SEED)
     for task in tasks:
@@ -211,32 +218,35 @@ dist.destroy_process_group()
 
 class PythonClientTest(unittest.TestCase):
 
-    def test_gradients_equal_one_process_and_the_cpp_trainer(self):
+    def run_job(self, scheduler_args, model=MODEL):
+        """Runs the 4-rank job; the ranks' saved first steps and that
+        step's tasks (the union of the ranks'), in task order."""
         workdir = tmpdir()
-        scheduler = Scheduler(workdir, WORLD, steps=2)
+        scheduler = Scheduler(workdir, WORLD, **scheduler_args)
         try:
-            run_ranks(workdir, scheduler)
+            run_ranks(workdir, scheduler, model)
         finally:
             scheduler.kill()
         saved = []
         for r in range(WORLD):
             with open(os.path.join(workdir, "rank%d.json" % r)) as f:
                 saved.append(json.load(f))
-        # The union of the ranks' tasks is the step's plan.
         tasks = {t["task_index"]: t for s in saved for t in s["tasks"]}
-        self.assertTrue(any(len(t["group_ranks"]) > 1
-                            for t in tasks.values()),
-                        "the plan has no sequence-parallel group: %s" % tasks)
         self.assertEqual(sum(sum(t["lengths"]) for t in tasks.values()),
                          saved[0]["total_tokens"])
         ordered = [tasks[i] for i in sorted(tasks)]
-
         print("step %d: %s" % (saved[0]["step"], ", ".join(
-            "task %d: %d samples on %d ranks, recompute %g" % (
+            "task %d: %d samples on %d ranks (u=%d), recompute %g" % (
                 t["task_index"], len(t["samples"]), len(t["group_ranks"]),
-                t["recompute"]) for t in ordered)), file=sys.stderr)
+                t["ulysses"], t["recompute"]) for t in ordered)),
+            file=sys.stderr)
+        return workdir, saved, ordered
 
-        want = single_process_gradients(ordered)
+    def expect_one_process_and_cpp_gradients(self, workdir, saved, tasks,
+                                             model=MODEL):
+        """Every rank's summed gradients equal one process running `tasks`
+        whole and the C++ trainer running the same RankSteps (1e-9)."""
+        want = single_process_gradients(tasks, model)
         for s in saved:
             self.assertEqual(s["gradients"], saved[0]["gradients"],
                              "rank %d's summed gradients differ from rank "
@@ -254,7 +264,7 @@ class PythonClientTest(unittest.TestCase):
             with open(paths[-1], "wb") as f:
                 f.write(base64.b64decode(s["rank_step"]))
         cpp_out = os.path.join(workdir, "cpp.json")
-        subprocess.run([PLAN_GRADIENTS, "--model_config=" + MODEL,
+        subprocess.run([PLAN_GRADIENTS, "--model_config=" + model,
                         "--seed=%d" % SEED, "--out=" + cpp_out] + paths,
                        check=True, timeout=DEADLINE_S)
         with open(cpp_out) as f:
@@ -272,6 +282,29 @@ class PythonClientTest(unittest.TestCase):
             # ...and the same gradients on the same plan.
             self.assertLessEqual(relative(grad, cpp["gradients"][name]),
                                  1e-9, name)
+
+    def test_gradients_equal_one_process_and_the_cpp_trainer(self):
+        workdir, saved, tasks = self.run_job({"steps": 2})
+        self.assertTrue(any(len(t["group_ranks"]) > 1 for t in tasks),
+                        "the plan has no sequence-parallel group: %s" % tasks)
+        self.expect_one_process_and_cpp_gradients(workdir, saved, tasks)
+
+    def test_a_ring_of_ulysses_groups_keeps_the_gradients(self):
+        """A model of two heads on four ranks: the plan spreads a sequence
+        over all four as 2-way Ulysses inside a ring of two."""
+        heads = load_spec(MODEL_2_HEADS)["heads"]
+        self.assertEqual(load_spec(PLAN_COSTS_2_HEADS)["heads"], heads)
+        self.assertLess(heads, WORLD)
+        workdir, saved, tasks = self.run_job(
+            {"steps": 1, "window": 1024, "tokens": 1024,
+             "lengths": LONG_LENGTHS, "plan_costs": PLAN_COSTS_2_HEADS},
+            MODEL_2_HEADS)
+        shapes = [(len(t["group_ranks"]), t["ulysses"]) for t in tasks]
+        self.assertIn((WORLD, heads), shapes,
+                      "no task of %d ranks with u = %d: %s" % (
+                          WORLD, heads, tasks))
+        self.expect_one_process_and_cpp_gradients(workdir, saved, tasks,
+                                                  MODEL_2_HEADS)
 
     def test_the_dcp_loop_adds_at_most_ten_lines(self):
         plain = inspect.getsource(train.train_plain).splitlines()[1:]
