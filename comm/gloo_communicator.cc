@@ -247,6 +247,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("GlooCommunicator: timeout must be > 0");
   }
+  if (options.form_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "GlooCommunicator: form_timeout must be >= 0");
+  }
+  const absl::Duration form_timeout = options.form_timeout > absl::ZeroDuration()
+                                          ? options.form_timeout
+                                          : options.timeout;
   if (options.hostname.empty()) {
     return absl::InvalidArgumentError(
         "GlooCommunicator: hostname (the address peers reach this member at) "
@@ -270,9 +277,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
                      "': ", e.what()));
   }
 
-  GlooStoreAdapter adapter(store, prefix, absl::Now() + options.timeout);
+  GlooStoreAdapter adapter(store, prefix, absl::Now() + form_timeout);
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(ToMillis(options.timeout));
+  // Bounds the connection; each collective sets its own (options.timeout).
+  context->setTimeout(ToMillis(form_timeout));
   try {
     context->connectFullMesh(adapter, device);
   } catch (const std::exception& e) {

@@ -38,9 +38,13 @@ class GlooCommunicator {
     /// Address this member listens on and advertises to its peers; the
     /// loopback default suits tests and single-node runs.
     std::string hostname = "127.0.0.1";
-    /// Bound on forming the group (waiting for every peer's address and
-    /// connecting) and on each collective.
+    /// Bound on each collective, and on forming the group (waiting for
+    /// every peer's address and connecting) unless `form_timeout` is set.
     absl::Duration timeout = absl::Seconds(30);
+    /// Bound on forming the group; zero: `timeout`. Longer where the
+    /// members may arrive far apart, as after a peer failed: each survivor
+    /// comes when its own wait on the dead peer ends.
+    absl::Duration form_timeout = absl::ZeroDuration();
   };
 
   /// Forms the group `key` as the member with global rank `my_global_rank`,
@@ -48,7 +52,8 @@ class GlooCommunicator {
   /// during this call). Blocks until every member has called Create, or the
   /// timeout. `prefix` must be new for every formation of a group (see
   /// RendezvousStoreInterface). INVALID_ARGUMENT for a malformed key, a rank
-  /// outside it, a null store or a non-positive timeout.
+  /// outside it, a null store, a non-positive timeout or a negative
+  /// form_timeout.
   static absl::StatusOr<std::unique_ptr<Communicator>> Create(
       const CommKey& key, int my_global_rank, const std::string& prefix,
       RendezvousStoreInterface* store, const Options& options);

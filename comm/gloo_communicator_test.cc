@@ -37,12 +37,10 @@ void RunRanks(const std::vector<int>& ranks,
 // Forms the group `ranks` on threads; every member must succeed.
 std::vector<std::unique_ptr<Communicator>> FormGroup(
     const std::vector<int>& ranks, RendezvousStoreInterface* store,
-    const std::string& prefix, absl::Duration timeout = absl::Seconds(20)) {
+    const std::string& prefix, const GlooCommunicator::Options& options) {
   absl::StatusOr<CommKey> key = CommKey::Make(ranks, /*epoch=*/1);
   EXPECT_TRUE(key.ok()) << key.status();
   std::vector<std::unique_ptr<Communicator>> comms(ranks.size());
-  GlooCommunicator::Options options;
-  options.timeout = timeout;
   RunRanks(ranks, [&](int global_rank) {
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
         GlooCommunicator::Create(*key, global_rank, prefix, store, options);
@@ -50,6 +48,14 @@ std::vector<std::unique_ptr<Communicator>> FormGroup(
     comms[key->GroupRank(global_rank)] = *std::move(comm);
   });
   return comms;
+}
+
+std::vector<std::unique_ptr<Communicator>> FormGroup(
+    const std::vector<int>& ranks, RendezvousStoreInterface* store,
+    const std::string& prefix, absl::Duration timeout = absl::Seconds(20)) {
+  GlooCommunicator::Options options;
+  options.timeout = timeout;
+  return FormGroup(ranks, store, prefix, options);
 }
 
 class GlooCommunicatorTest : public ::testing::TestWithParam<int> {};
@@ -132,9 +138,18 @@ class WatchedStore final : public RendezvousStoreInterface {
       absl::Span<const std::string> keys, absl::Duration timeout) override {
     {
       absl::MutexLock lock(&mu_);
-      for (const std::string& key : keys) ++waits_[key];
+      for (const std::string& key : keys) {
+        ++waits_[key];
+        longest_[key] = std::max(longest_[key], timeout);
+      }
     }
     return store_->Wait(keys, timeout);
+  }
+
+  // The longest timeout a Wait including `key` was given.
+  absl::Duration Longest(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    return longest_[key];
   }
 
   // Waits until `n` Wait calls that include `key` have begun.
@@ -150,6 +165,8 @@ class WatchedStore final : public RendezvousStoreInterface {
   RendezvousStoreInterface* const store_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, int> waits_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Duration> longest_
+      ABSL_GUARDED_BY(mu_);
 };
 
 TEST(GlooCommunicatorCreateTest, MissingRankMakesTheOthersTimeOut) {
@@ -181,6 +198,50 @@ TEST(GlooCommunicatorCreateTest, MissingRankMakesTheOthersTimeOut) {
         << results[rank];
     EXPECT_THAT(results[rank].message(), HasSubstr("missing/gloo/3"));
   }
+}
+
+TEST(GlooCommunicatorCreateTest, AFormTimeoutBoundsTheFormationNotTheOps) {
+  const std::vector<int> ranks = {0, 1, 2};
+  absl::StatusOr<CommKey> key = CommKey::Make(ranks, 1);
+  ASSERT_TRUE(key.ok());
+  FakeClock clock;
+  InMemoryRendezvousStore memory({&clock});
+  WatchedStore store(&memory);
+  GlooCommunicator::Options options;
+  options.timeout = absl::Seconds(20);
+  options.form_timeout = absl::Seconds(60);
+  std::vector<absl::Status> results(2);
+  std::thread members([&] {
+    RunRanks({0, 1}, [&](int rank) {  // Rank 2 never shows up.
+      results[rank] =
+          GlooCommunicator::Create(*key, rank, "late/", &store, options)
+              .status();
+    });
+  });
+  ASSERT_TRUE(store.AwaitWaits("late/gloo/2", 2));
+  ASSERT_TRUE(clock.AwaitSleepers(2, kGuard));
+  // Their waits for the missing peer run to the form timeout (less the
+  // real time the formation took so far), well past the ops' timeout.
+  EXPECT_GT(store.Longest("late/gloo/2"), 2 * options.timeout);
+  EXPECT_LE(store.Longest("late/gloo/2"), options.form_timeout);
+  clock.Advance(options.form_timeout);
+  members.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(results[rank].code(), absl::StatusCode::kDeadlineExceeded)
+        << results[rank];
+  }
+
+  // Once formed, a collective's bound is `timeout`: a peer that never
+  // joins it fails it long before the form timeout.
+  InMemoryRendezvousStore real;
+  options.timeout = absl::Milliseconds(800);
+  auto comms = FormGroup({0, 1}, &real, "ops/", options);
+  ASSERT_EQ(comms.size(), 2);
+  std::vector<float> data(16, 1.0f);
+  const absl::Time start = absl::Now();
+  const absl::Status status = comms[0]->AllReduceSum(data.data(), data.size());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_LT(absl::Now() - start, options.form_timeout / 2);
 }
 
 TEST(GlooCommunicatorCreateTest, PeerThatStopsMakesCollectiveTimeOut) {
@@ -242,6 +303,12 @@ TEST(GlooCommunicatorCreateTest, RejectsBadArguments) {
   EXPECT_EQ(
       GlooCommunicator::Create(*key, 0, "p/", &store, options).status().code(),
       absl::StatusCode::kInvalidArgument);
+  options.timeout = absl::Seconds(1);
+  options.form_timeout = absl::Seconds(-1);
+  const absl::Status negative =
+      GlooCommunicator::Create(*key, 0, "p/", &store, options).status();
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(negative.message(), HasSubstr("form_timeout"));
 }
 
 TEST(GlooCommunicatorCreateTest, BadHostnamesAreErrorsNotCrashes) {

@@ -46,6 +46,9 @@ ABSL_FLAG(int, world_size, 0, "Ranks of the job.");
 ABSL_FLAG(std::string, log_file, "", "Where the step lines go. Required.");
 ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(20),
           "Bound on forming a group and on each collective.");
+ABSL_FLAG(absl::Duration, world_timeout, absl::ZeroDuration(),
+          "Bound on forming a group after the world changed (0: 3 x "
+          "--rendezvous_timeout).");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120),
           "How long to wait for a step (and for a later epoch).");
 ABSL_FLAG(int64_t, hang_after_step, -1,
@@ -147,6 +150,7 @@ absl::Status Train() {
   options.agent.world_size = world_size;
   options.agent.comm_backend = CommBackend::kGloo;
   options.agent.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  options.agent.world_timeout = absl::GetFlag(FLAGS_world_timeout);
   options.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   std::ofstream log(absl::GetFlag(FLAGS_log_file), std::ios::app);
   if (!log.good()) return absl::InvalidArgumentError("cannot open --log_file");

@@ -206,6 +206,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeGlooCommunicator(
   GlooCommunicator::Options gloo;
   gloo.hostname = options_.gloo_hostname;
   gloo.timeout = options_.rendezvous_timeout;
+  gloo.form_timeout =
+      GroupFormTimeout(options_, registration().epoch(), key.epoch);
   return GlooCommunicator::Create(key, options_.rank, prefix, store_.get(),
                                   gloo);
 }

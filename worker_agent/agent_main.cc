@@ -153,10 +153,11 @@ ABSL_FLAG(std::string, gloo_hostname, "127.0.0.1",
 ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
           "Bound on forming a communicator group and on each collective.");
 ABSL_FLAG(absl::Duration, world_timeout, absl::ZeroDuration(),
-          "Execute mode: bound on forming the data-parallel group and on its "
-          "all-reduces (0 = 3 x --rendezvous_timeout). After a shrink the "
-          "survivors reach the new world's group each when its own wait on "
-          "the dead peer ends; raise it when they drift further apart.");
+          "Bound on forming the groups of an epoch after the world changed "
+          "(and, in execute mode, on the data-parallel group's all-reduces); "
+          "0 = 3 x --rendezvous_timeout. After a shrink the survivors reach "
+          "the new world's groups each when its own wait on the dead peer "
+          "ends; raise it when they drift further apart.");
 ABSL_FLAG(int, prefetch_depth, 4, "Steps received ahead and warmed.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to wait for the scheduler at start-up.");
@@ -410,6 +411,7 @@ absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
   options.gpu = absl::GetFlag(FLAGS_gpu);
   options.gloo_hostname = absl::GetFlag(FLAGS_gloo_hostname);
   options.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
+  options.world_timeout = absl::GetFlag(FLAGS_world_timeout);
   options.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.max_backoff = absl::GetFlag(FLAGS_max_backoff);

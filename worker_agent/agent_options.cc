@@ -26,6 +26,9 @@ absl::Status CheckAgentOptions(const AgentOptions& o) {
   if (o.max_reconnect_attempts < 0) {
     return bad("max_reconnect_attempts must be >= 0");
   }
+  if (o.world_timeout < absl::ZeroDuration()) {
+    return bad("world_timeout must be >= 0");
+  }
   if (o.rendezvous_timeout <= absl::ZeroDuration() ||
       o.connect_timeout <= absl::ZeroDuration() ||
       o.rpc_timeout <= absl::ZeroDuration() ||
@@ -36,6 +39,14 @@ absl::Status CheckAgentOptions(const AgentOptions& o) {
         "initial_backoff");
   }
   return absl::OkStatus();
+}
+
+absl::Duration GroupFormTimeout(const AgentOptions& options,
+                                int64_t registered_epoch, int64_t epoch) {
+  if (epoch <= registered_epoch) return options.rendezvous_timeout;
+  return options.world_timeout > absl::ZeroDuration()
+             ? options.world_timeout
+             : 3 * options.rendezvous_timeout;
 }
 
 absl::StatusOr<CommBackend> AgentCommBackend(const AgentOptions& options,

@@ -67,6 +67,13 @@ struct AgentOptions {
   /// under the same plan, so keep it well above the time the slowest rank
   /// can lag behind (the scheduler's look-ahead of steps).
   absl::Duration rendezvous_timeout = absl::Seconds(120);
+  /// Bound on forming a Gloo group of an epoch later than the one this agent
+  /// registered in (a world shrunk or grown); zero: three times
+  /// `rendezvous_timeout`. After a peer failed the survivors reach the new
+  /// world's groups each when its own wait on the dead peer ends, which on
+  /// a loaded machine has taken more than two `rendezvous_timeout`s apart.
+  /// Collectives keep `rendezvous_timeout`.
+  absl::Duration world_timeout = absl::ZeroDuration();
   /// Steps received ahead of the caller and kept in memory; their groups are
   /// warmed as they arrive (see `warm_groups`). At least 1.
   int prefetch_depth = 4;
@@ -185,6 +192,12 @@ struct AgentOptions {
 
 /// INVALID_ARGUMENT naming the first option out of range.
 absl::Status CheckAgentOptions(const AgentOptions& options);
+
+/// The bound on forming a Gloo group of `epoch` for an agent registered in
+/// `registered_epoch`: `rendezvous_timeout` in that epoch, `world_timeout`
+/// (or three times `rendezvous_timeout`) in any later one.
+absl::Duration GroupFormTimeout(const AgentOptions& options,
+                                int64_t registered_epoch, int64_t epoch);
 
 /// The library an agent with `options` forms its groups on in `env`: kNccl
 /// with `make_world` set; kGloo for kAuto without `warm_groups` (groups

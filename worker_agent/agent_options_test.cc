@@ -77,5 +77,30 @@ TEST(AgentCommBackendTest, AWorldFactoryTakesTheSplitPathAnywhere) {
   EXPECT_EQ(*AgentCommBackend(options, NoCuda()), CommBackend::kNccl);
 }
 
+TEST(GroupFormTimeoutTest, EpochsAfterRegistrationWaitForTheWorld) {
+  AgentOptions options = Options(CommBackend::kGloo);
+  options.rendezvous_timeout = absl::Seconds(20);
+  EXPECT_EQ(GroupFormTimeout(options, 0, 0), absl::Seconds(20));
+  EXPECT_EQ(GroupFormTimeout(options, 0, 1), absl::Seconds(60));
+  // A rank that registered in epoch 2 (it grew the world) forms that
+  // epoch's groups with the others at a step boundary.
+  EXPECT_EQ(GroupFormTimeout(options, 2, 2), absl::Seconds(20));
+  EXPECT_EQ(GroupFormTimeout(options, 2, 3), absl::Seconds(60));
+  options.world_timeout = absl::Seconds(90);
+  EXPECT_EQ(GroupFormTimeout(options, 0, 1), absl::Seconds(90));
+  EXPECT_EQ(GroupFormTimeout(options, 0, 0), absl::Seconds(20));
+}
+
+TEST(CheckAgentOptionsTest, ANegativeWorldTimeoutIsRefusedByName) {
+  AgentOptions options = Options(CommBackend::kGloo);
+  EXPECT_TRUE(CheckAgentOptions(options).ok());
+  options.world_timeout = absl::Seconds(90);
+  EXPECT_TRUE(CheckAgentOptions(options).ok());
+  options.world_timeout = absl::Seconds(-1);
+  const absl::Status status = CheckAgentOptions(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("world_timeout"));
+}
+
 }  // namespace
 }  // namespace dcp
