@@ -251,9 +251,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         "GlooCommunicator: form_timeout must be >= 0");
   }
-  const absl::Duration form_timeout = options.form_timeout > absl::ZeroDuration()
-                                          ? options.form_timeout
-                                          : options.timeout;
+  const absl::Duration form_timeout =
+      options.form_timeout > absl::ZeroDuration() ? options.form_timeout
+                                                  : options.timeout;
   if (options.hostname.empty()) {
     return absl::InvalidArgumentError(
         "GlooCommunicator: hostname (the address peers reach this member at) "
