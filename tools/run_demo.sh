@@ -141,7 +141,7 @@ echo "== 3. dcp-ctl status =="
 echo
 echo "== 4. Prometheus metrics: ${metrics_url} =="
 if curl -sSf "${metrics_url}" >"${logs}/metrics.txt"; then
-  grep -E '^dcp_scheduler_(steps_planned_total|steps_completed_total|timing_reports_total|refits_total|cost_model_task_error_ratio|cost_model_step_error_ratio|planning_seconds_(sum|count)|connected_agents) ' \
+  grep -E '^dcp_scheduler_(steps_planned_total|steps_completed_total|timing_reports_total|refits_total|cost_model_task_error_ratio|cost_model_unseen_task_error_ratio|cost_model_step_error_ratio|planning_seconds_(sum|count)|connected_agents) ' \
     "${logs}/metrics.txt" || true
   echo "   ($(grep -c '^# TYPE dcp_' "${logs}/metrics.txt") dcp_ metric families; all in ${logs}/metrics.txt)"
 else

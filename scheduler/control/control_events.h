@@ -69,6 +69,11 @@ struct RefitEvent {
   /// was no closer to the measured syncs).
   bool kept_current = false;
   bool kept_current_sync = false;
+  /// The model this refit replaced, judged out of sample: its mean
+  /// relative task error on the observations reported after it was
+  /// installed (before any fit saw them), and their count (0: none).
+  double replaced_error_since = 0;
+  int64_t replaced_observations_since = 0;
   /// Mean relative error of the predicted step times so far (0 when no step
   /// has completed).
   double step_error = 0;

@@ -50,6 +50,15 @@ bool ReportLedger::AddObservations(std::vector<TaskObservation> observations,
     observation_errors_.push_back(error);
     observation_error_sum_ += error;
     observations_.push_back(std::move(o));
+    // The current model predicted it before any fit saw it.
+    unseen_errors_.push_back(error);
+    unseen_error_sum_ += error;
+    since_refit_error_sum_ += error;
+    ++since_refit_;
+  }
+  while (static_cast<int>(unseen_errors_.size()) > options_.observation_window) {
+    unseen_error_sum_ -= unseen_errors_.front();
+    unseen_errors_.pop_front();
   }
   while (static_cast<int>(observations_.size()) > options_.observation_window) {
     observation_error_sum_ -= observation_errors_.front();
@@ -116,6 +125,10 @@ std::optional<RefitEvent> ReportLedger::Install(RefitResult result,
     observation_errors_[i] = RelativeError(observations_[i]);
     observation_error_sum_ += observation_errors_[i];
   }
+  event.replaced_observations_since = since_refit_;
+  event.replaced_error_since = SinceRefitErrorLocked();
+  since_refit_error_sum_ = 0;
+  since_refit_ = 0;
   event.refits = ++refits_;
   event.step_error = StepError();
   event.sync_error = SyncError();
@@ -136,6 +149,8 @@ void ReportLedger::RestoreModel(CostModel model, int64_t refits) {
   model_ = std::move(model);
   ++model_version_;
   refits_ = refits;
+  since_refit_error_sum_ = 0;
+  since_refit_ = 0;
   observation_error_sum_ = 0;
   for (size_t i = 0; i < observations_.size(); ++i) {
     observation_errors_[i] = RelativeError(observations_[i]);
@@ -164,6 +179,23 @@ double ReportLedger::ModelErrorLocked() const {
   if (observations_.empty()) return 0;
   return std::max(0.0, observation_error_sum_) /
          static_cast<double>(observations_.size());
+}
+
+double ReportLedger::UnseenError() const {
+  absl::MutexLock lock(&mu_);
+  return UnseenErrorLocked();
+}
+
+double ReportLedger::UnseenErrorLocked() const {
+  if (unseen_errors_.empty()) return 0;
+  return std::max(0.0, unseen_error_sum_) /
+         static_cast<double>(unseen_errors_.size());
+}
+
+double ReportLedger::SinceRefitErrorLocked() const {
+  if (since_refit_ == 0) return 0;
+  return std::max(0.0, since_refit_error_sum_) /
+         static_cast<double>(since_refit_);
 }
 
 int64_t ReportLedger::observations() const {
@@ -217,6 +249,9 @@ void ReportLedger::FillStatus(v1::StatusResponse* out) const {
   out->set_refit_error_before(refit_error_before_);
   out->set_refit_error_after(refit_error_after_);
   out->set_observations(static_cast<int64_t>(observations_.size()));
+  out->set_unseen_task_error(UnseenErrorLocked());
+  out->set_refit_error_since(SinceRefitErrorLocked());
+  out->set_observations_since_refit(since_refit_);
 }
 
 }  // namespace dcp

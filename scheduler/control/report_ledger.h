@@ -124,13 +124,19 @@ class ReportLedger {
   /// Refits installed so far.
   int64_t refits() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  /// Mean relative error of the current model on the observation window.
+  /// Mean relative error of the current model on the observation window:
+  /// in sample once a refit fitted that window.
   double ModelError() const ABSL_LOCKS_EXCLUDED(mu_);
+  /// Out of sample: mean relative error of each of the last
+  /// `observation_window` observations under the model that was current
+  /// when it arrived, which no fit had seen it.
+  double UnseenError() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t observations() const ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Fills the model and error fields of a GetStatus answer: model_error,
   /// timing_reports, refits, coefficients, step_error, sync_error,
-  /// refit_error_before/after, observations.
+  /// refit_error_before/after, observations, unseen_task_error,
+  /// refit_error_since, observations_since_refit.
   void FillStatus(v1::StatusResponse* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -144,6 +150,9 @@ class ReportLedger {
   double RelativeError(const TaskObservation& o) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double ModelErrorLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double UnseenErrorLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  /// Mean over the observations since the current model was installed.
+  double SinceRefitErrorLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double StepError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Mean |grad_sync - measured sync| / measured step time over the sync
   /// window (0 when empty).
@@ -169,6 +178,15 @@ class ReportLedger {
   double refit_error_before_ ABSL_GUARDED_BY(mu_) = 0;
   double refit_error_after_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t timing_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  /// Each recent observation's error under the model current when it
+  /// arrived (the last `observation_window`), and their sum.
+  std::deque<double> unseen_errors_ ABSL_GUARDED_BY(mu_);
+  double unseen_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  /// The same summed over every observation since the last refit (or
+  /// restore) installed the current model: that refit judged on what came
+  /// after it.
+  double since_refit_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t since_refit_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<double> step_errors_ ABSL_GUARDED_BY(mu_);
   /// The last `sync_window` completed steps with a measured sync.
   std::deque<SyncObservation> syncs_ ABSL_GUARDED_BY(mu_);

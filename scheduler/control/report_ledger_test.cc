@@ -155,6 +155,62 @@ TEST(ReportLedgerTest, InstallKeepsTheFirstModelFittedFromAVersion) {
   EXPECT_EQ(next->model.coefficients().lin, fitted->coefficients().lin);
 }
 
+TEST(ReportLedgerTest, TheUnseenErrorIsEachPredictionBeforeItsFit) {
+  ReportLedgerOptions o = Options();
+  o.observation_window = 4;
+  ReportLedger ledger(o);
+  // Four observations 1.5x the prior: each 1/3 off as it arrives.
+  ledger.AddObservations(Observed(1.5, 4), 0);
+  std::optional<RefitInput> input = ledger.TakeRefit();
+  ASSERT_TRUE(input.has_value());
+  // A model that predicts them exactly: every time coefficient of the
+  // prior's times 1.5 (a task's time is linear in them).
+  const CostModel prior = Prior();
+  CostModel::Coefficients c = prior.coefficients();
+  for (double* t : {&c.lin, &c.attn, &c.fixed, &c.a2a_byte_intra,
+                    &c.a2a_fixed_intra, &c.a2a_byte_inter, &c.a2a_fixed_inter,
+                    &c.ring_byte_intra, &c.ring_fixed_intra,
+                    &c.ring_byte_inter, &c.ring_fixed_inter}) {
+    *t *= 1.5;
+  }
+  const CostModel exact(c, prior.model(), prior.memory_cap(),
+                        prior.gpus_per_node());
+  const double fitted = exact.MeanRelativeError(input->observations);
+  ASSERT_LT(fitted, 1e-9);
+  ASSERT_TRUE(ledger.Install(RefitResult{exact, fitted}, *input).has_value());
+  v1::StatusResponse status = StatusOf(ledger);
+  // In sample, the window is the fit's; out of sample, the predictions
+  // were the prior's.
+  EXPECT_NEAR(status.model_error(), fitted, 1e-12);
+  EXPECT_NEAR(status.unseen_task_error(), 1.0 / 3, 1e-12);
+  EXPECT_EQ(status.observations_since_refit(), 0);
+  EXPECT_EQ(status.refit_error_since(), 0);
+
+  // Two more, at the prior's speed: the refitted model is 1/2 off on each
+  // (it predicts 1.5x). The unseen window keeps the last four.
+  ledger.AddObservations(Observed(1.0, 2), 1);
+  status = StatusOf(ledger);
+  const double next = exact.MeanRelativeError(Observed(1.0, 2));
+  EXPECT_NEAR(next, 0.5, 1e-9);
+  EXPECT_NEAR(status.refit_error_since(), next, 1e-12);
+  EXPECT_EQ(status.observations_since_refit(), 2);
+  EXPECT_NEAR(status.unseen_task_error(), (2.0 / 3 + 2 * next) / 4, 1e-12);
+  EXPECT_NEAR(ledger.UnseenError(), status.unseen_task_error(), 1e-15);
+  // The next refit judges the model it replaces on those two.
+  std::optional<RefitInput> again = ledger.TakeRefit();
+  ASSERT_TRUE(again.has_value());
+  std::optional<RefitEvent> event =
+      ledger.Install(RefitResult{prior, 0.1}, *again);
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->replaced_observations_since, 2);
+  EXPECT_NEAR(event->replaced_error_since, next, 1e-12);
+  ledger.AddObservations(Observed(1.0, 1), 2);
+  EXPECT_EQ(StatusOf(ledger).observations_since_refit(), 1);
+  // A restored model starts its own count.
+  ledger.RestoreModel(Prior(), 2);
+  EXPECT_EQ(StatusOf(ledger).observations_since_refit(), 0);
+}
+
 TEST(ReportLedgerTest, KeepingTheCurrentModelStillTakesAVersion) {
   ReportLedger ledger(Options());
   ledger.AddObservations(Observed(1.5), 0);

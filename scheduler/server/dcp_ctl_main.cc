@@ -69,11 +69,13 @@ std::string FormatStatus(const v1::StatusResponse& s) {
                             s.epoch_world_size(), s.abandoned_steps()));
   absl::StrAppendFormat(
       &out,
-      "model   task error %s (last refit %s -> %s)   step error %s (sync "
-      "%s)   refits %d   timing reports %d   observations %d\n",
-      Percent(s.model_error()), Percent(s.refit_error_before()),
-      Percent(s.refit_error_after()), Percent(s.step_error()),
-      Percent(s.sync_error()), s.refits(),
+      "model   task error %s unseen, %s on the window (last refit %s -> %s, "
+      "%s on the %d observations since)   step error %s (sync %s)   refits "
+      "%d   timing reports %d   observations %d\n",
+      Percent(s.unseen_task_error()), Percent(s.model_error()),
+      Percent(s.refit_error_before()), Percent(s.refit_error_after()),
+      Percent(s.refit_error_since()), s.observations_since_refit(),
+      Percent(s.step_error()), Percent(s.sync_error()), s.refits(),
       s.timing_reports(), s.observations());
   if (!s.planner_error().empty()) {
     absl::StrAppendFormat(&out, "PLANNER ERROR: %s\n", s.planner_error());

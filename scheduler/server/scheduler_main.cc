@@ -166,12 +166,15 @@ void LogRefit(const RefitEvent& e) {
   std::fprintf(
       stderr,
       "%s refit %lld over %lld observations: task error %.1f%% -> %.1f%% "
-      "(%s), step error %.1f%% (sync %.1f%%, %s)\n",
+      "(%s; the model replaced was %.1f%% off on the %lld reported since it "
+      "was installed), step error %.1f%% (sync %.1f%%, %s)\n",
       Now().c_str(), static_cast<long long>(e.refits),
       static_cast<long long>(e.observations), 100 * e.error_before,
       100 * e.error_after,
       e.kept_current ? "kept the current model: the fit was no better"
                      : "installed the fit",
+      100 * e.replaced_error_since,
+      static_cast<long long>(e.replaced_observations_since),
       100 * e.step_error, 100 * e.sync_error,
       e.kept_current_sync ? "kept the current sync"
                           : "installed the fitted sync");

@@ -306,6 +306,12 @@ absl::Status SchedulerMetrics::RegisterModelFamilies() {
       "the refit window (0.1 = 10%).",
       [](const v1::StatusResponse& s) { return s.model_error(); }));
   RETURN_IF_ERROR(AddStatusGauge(
+      "dcp_scheduler_cost_model_unseen_task_error_ratio",
+      "Out of sample: mean relative error of each recent task time as "
+      "predicted by the model current when it was reported (no fit had "
+      "seen it).",
+      [](const v1::StatusResponse& s) { return s.unseen_task_error(); }));
+  RETURN_IF_ERROR(AddStatusGauge(
       "dcp_scheduler_cost_model_step_error_ratio",
       "Mean relative error of the predicted step times against the "
       "measured ones over the recent completed steps.",
@@ -318,13 +324,15 @@ absl::Status SchedulerMetrics::RegisterModelFamilies() {
       [](const v1::StatusResponse& s) { return s.sync_error(); }));
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kGauge, "dcp_scheduler_last_refit_task_error_ratio",
-      "Task error on the refit window at the last refit, of the model before "
-      "(fit=\"before\") and after it (fit=\"after\").",
+      "Task error at the last refit, of the model before (fit=\"before\") "
+      "and after it (fit=\"after\") on the refit window, and of the refit's "
+      "model on the observations reported since (fit=\"since\").",
       {"fit"}, [this]() -> std::vector<CollectedValue> {
         absl::MutexLock lock(&mu_);
         if (!snapshot_.has_value()) return {};
         return {{{"before"}, snapshot_->refit_error_before()},
-                {{"after"}, snapshot_->refit_error_after()}};
+                {{"after"}, snapshot_->refit_error_after()},
+                {{"since"}, snapshot_->refit_error_since()}};
       }));
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kGauge, "dcp_scheduler_cost_model_coefficient",

@@ -57,6 +57,8 @@ v1::StatusResponse CannedStatus() {
   s.set_store_bytes(1234);
   s.set_refit_error_before(0.5);
   s.set_refit_error_after(0.2);
+  s.set_refit_error_since(0.3);
+  s.set_unseen_task_error(0.375);
   s.set_observations(120);
   (*s.mutable_coefficients())["attn"] = 1.5e-12;
   (*s.mutable_coefficients())["fixed"] = 0.002;
@@ -149,6 +151,8 @@ TEST_F(SchedulerMetricsTest, ReadsTheStatusAtEveryScrape) {
   EXPECT_EQ(FindSample(f, "dcp_scheduler_refits_total"), 3.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_observations"), 120.0);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_task_error_ratio"), 0.25);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_unseen_task_error_ratio"),
+            0.375);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_step_error_ratio"), 0.125);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_sync_error_ratio"),
             0.0625);
@@ -160,6 +164,9 @@ TEST_F(SchedulerMetricsTest, ReadsTheStatusAtEveryScrape) {
   EXPECT_EQ(FindSample(f, "dcp_scheduler_last_refit_task_error_ratio",
                        {{"fit", "after"}}),
             0.2);
+  EXPECT_EQ(FindSample(f, "dcp_scheduler_last_refit_task_error_ratio",
+                       {{"fit", "since"}}),
+            0.3);
   EXPECT_EQ(FindSample(f, "dcp_scheduler_cost_model_coefficient",
                        {{"coefficient", "attn"}}),
             1.5e-12);
