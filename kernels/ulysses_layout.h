@@ -32,7 +32,7 @@ enum class Rows {
 };
 
 /// One rank's side of the two Ulysses all-to-alls of one packed task, the
-/// layout of train/transformer.cc `Attention()`:
+/// layout of train/transformer_layers.cc `Attention()`:
 ///
 /// A task packs T real tokens back to back, padded at the end to
 /// S = shard_tokens * group_size; rank r holds tokens

@@ -1,7 +1,7 @@
-// The CPU reference against the layout train/transformer.cc `Attention()`
-// and train/ulysses.cc build with libtorch ops: the same ops, written out
-// here for a whole group (the all-to-all as the swap of blocks it is), must
-// give the same bytes on every real row.
+// The CPU reference against the layout train/transformer_layers.cc
+// `Attention()` and train/ulysses.cc build with libtorch ops: the same ops,
+// written out here for a whole group (the all-to-all as the swap of blocks
+// it is), must give the same bytes on every real row.
 #include <ATen/ATen.h>
 
 #include <cstdint>
