@@ -88,8 +88,6 @@ struct AgentRun {
   std::string first_error ABSL_GUARDED_BY(mu);
 };
 
-/// One simulated agent: a plan stream and its timing reports, all on one
-
 /// Drives completion queues on a fixed set of threads, recording how long
 /// each spent inside handlers (the simulated agents' own CPU). Every tag on
 /// the queues must be a handler of this library's agents.
