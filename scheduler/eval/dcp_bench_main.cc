@@ -225,6 +225,11 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
   const double lb = r.lower_bound_s;
   std::vector<double> online_x;
   for (double s : r.online_s) online_x.push_back(s / lb);
+  std::vector<double> step_errors, task_errors;
+  for (const OnlineStepError& e : r.online_errors) {
+    step_errors.push_back(e.step);
+    task_errors.push_back(e.task);
+  }
   if (json) {
     out->push_back(
         {{"scenario", sc.name},
@@ -243,6 +248,8 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
          {"profile_short_rows", r.profile_short_rows},
          {"profile_short_seconds", r.profile_short_seconds},
          {"online_x_lower", online_x},
+         {"online_step_error", step_errors},
+         {"online_task_error", task_errors},
          {"online_steps_to_target", r.online_steps_to_target},
          {"target_ratio", o.target_ratio}});
     return;
@@ -273,6 +280,21 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
   }
   std::printf("    online refit: %s; x_lower after k steps:%s\n", steps.c_str(),
               trail.c_str());
+  // Each step's prediction, made when it was planned, against its measured
+  // (noisy) time: out of sample.
+  std::string errors;
+  for (size_t k = 0; k < r.online_errors.size(); ++k) {
+    if (k <= 5 || k % 5 == 0 || k + 1 == r.online_errors.size()) {
+      absl::StrAppend(&errors, " ", k, ":",
+                      absl::StrFormat("%.1f%%/%.1f%%",
+                                      100 * r.online_errors[k].step,
+                                      100 * r.online_errors[k].task));
+    }
+  }
+  std::printf(
+      "    out-of-sample error of the k-th step planned (step/task, as "
+      "predicted when planned):%s\n",
+      errors.c_str());
 }
 
 // The learned-model evaluation's options from the flags (its evaluation

@@ -1,6 +1,7 @@
 #include "scheduler/eval/learned_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "common/status_macros.h"
@@ -26,11 +27,16 @@ absl::StatusOr<EvaluationResult> PlanWith(const LengthView& lengths,
 
 // One online step: `plan` ran on the judge; its noisy timings go to the
 // ledger as the agents' reports would, and the refit due (if any) runs.
-void ReportStep(const ReferenceCluster& judge, const StepPlan& plan,
-                const LengthView& lengths, int64_t completed_steps,
-                TimingNoise& noise, ReportLedger& ledger, RefitDriver& refits) {
+// Returns the step's errors out of sample: its predicted time, and each
+// task's under `model` (which planned it), against the measured ones.
+OnlineStepError ReportStep(const ReferenceCluster& judge, const StepPlan& plan,
+                           const CostModel& model, const LengthView& lengths,
+                           int64_t completed_steps, TimingNoise& noise,
+                           ReportLedger& ledger, RefitDriver& refits) {
   std::vector<TaskObservation> obs =
       SimulateTaskTimings(judge, plan, lengths, noise);
+  OnlineStepError error;
+  error.task = model.MeanRelativeError(obs);
   std::vector<double> busy(judge.world_size(), 0.0);
   for (size_t i = 0; i < obs.size(); ++i) {
     for (int r : plan.tasks[i].ranks) busy[r] += obs[i].seconds;
@@ -41,16 +47,22 @@ void ReportStep(const ReferenceCluster& judge, const StepPlan& plan,
   step.measured_seconds =
       step.max_busy_seconds + judge.SyncSeconds() * noise.Factor();
   step.sync_reported = true;
+  error.step = std::abs(step.predicted_seconds - step.measured_seconds) /
+               step.measured_seconds;
   ledger.AddObservations(std::move(obs), completed_steps);
   ledger.AddCompletedStep(step);
   refits.RunDue();
+  return error;
 }
 
 // The online refit: the prior, then the ledger's model after each step of
-// reports; out[k] is the scenario's makespan with the model after k steps.
-absl::StatusOr<std::vector<double>> OnlineRefit(
-    const LengthView& lengths, const LearnedModelOptions& options,
-    const CostModel& prior, const std::vector<std::vector<int64_t>>& steps) {
+// reports; result.online_s[k] is the scenario's makespan with the model
+// after k steps, online_errors[k] the errors of the k-th step it planned.
+absl::Status OnlineRefit(const LengthView& lengths,
+                         const LearnedModelOptions& options,
+                         const CostModel& prior,
+                         const std::vector<std::vector<int64_t>>& steps,
+                         LearnedModelResult& result) {
   const EvaluationOptions& ev = options.evaluation;
   const ReferenceCluster judge(ev.cluster, ev.model, ev.world_size);
   ReportLedgerOptions lo{prior, options.observation_window,
@@ -60,7 +72,7 @@ absl::StatusOr<std::vector<double>> OnlineRefit(
   TimingNoise noise(options.noise, options.seed + 1);
   PlannerOptions po = ev.planner;
   po.world_size = ev.world_size;
-  std::vector<double> out;
+  std::vector<double>& out = result.online_s;
   CostModel model = prior;
   int64_t version = 0;
   for (int k = 0; k <= options.online_steps; ++k) {
@@ -71,9 +83,10 @@ absl::StatusOr<std::vector<double>> OnlineRefit(
     ASSIGN_OR_RETURN(Planner planner, Planner::Create(model, po));
     const size_t i = static_cast<size_t>(k) % steps.size();
     ASSIGN_OR_RETURN(StepPlan plan, planner.PlanStep(k, steps[i], lengths));
-    ReportStep(judge, plan, lengths, k + 1, noise, ledger, refits);
+    result.online_errors.push_back(ReportStep(judge, plan, model, lengths,
+                                              k + 1, noise, ledger, refits));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 // `speed`'s figures with `memory`'s HBM, usable fraction and node size.
@@ -169,8 +182,7 @@ absl::StatusOr<LearnedModelResult> EvaluateLearnedModel(
   so.lookahead_steps = ev.balance_steps;
   ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> steps,
                    BuildSteps(lengths, so, ev.steps));
-  ASSIGN_OR_RETURN(result.online_s,
-                   OnlineRefit(lengths, options, prior, steps));
+  RETURN_IF_ERROR(OnlineRefit(lengths, options, prior, steps, result));
   result.online_steps_to_target =
       StepsToTarget(result.online_s, options.target_ratio * result.perfect_s);
   return result;

@@ -37,6 +37,14 @@ struct LearnedModelOptions {
   double target_ratio = 1.02;
 };
 
+/// One online step's errors out of sample: the plan's predicted step time,
+/// and each of its tasks' predicted times, by the model that planned it
+/// (before their timings were reported), against the measured ones.
+struct OnlineStepError {
+  double step = 0;  // |predicted - measured| / measured
+  double task = 0;  // mean over the step's tasks
+};
+
 /// Sums over the scenario's steps of the replayed step time, seconds on
 /// the judge, for plans made with each model.
 struct LearnedModelResult {
@@ -63,6 +71,9 @@ struct LearnedModelResult {
   /// online_s[k]: with the model after k online steps (online_s[0] is
   /// prior_s); online_steps + 1 entries.
   std::vector<double> online_s;
+  /// online_errors[k]: the errors of the step planned after k online steps
+  /// (online_steps entries).
+  std::vector<OnlineStepError> online_errors;
   /// The fewest online steps after which every later entry of online_s is
   /// within target_ratio of perfect_s; -1 when the last one is not.
   int online_steps_to_target = -1;
