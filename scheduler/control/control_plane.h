@@ -73,6 +73,10 @@ struct ControlPlaneOptions {
   /// once per completed step (the first refit may come before any step
   /// completes). At least 1.
   int refit_every = 64;
+  /// A refit is also due at every completed step while the observations
+  /// since the last one are off by more than this (out of sample; see
+  /// `ReportLedgerOptions::refit_error`). 0: off.
+  double refit_error = 0.25;
   /// Most recent task observations kept for refits. At least 1.
   int observation_window = 512;
   /// Pseudo-observations pulling each coefficient towards the initial model

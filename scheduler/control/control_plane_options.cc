@@ -33,6 +33,9 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
   if (o.balance_steps < 0) return bad("balance_steps must be >= 0");
   if (o.max_steps < 0) return bad("max_steps must be >= 0 (0 = unlimited)");
   if (o.refit_every < 1) return bad("refit_every must be at least 1");
+  if (!(o.refit_error >= 0) || !std::isfinite(o.refit_error)) {
+    return bad("refit_error must be a finite number >= 0");
+  }
   if (o.observation_window < 1) {
     return bad("observation_window must be at least 1");
   }
@@ -74,8 +77,8 @@ absl::Status CheckOptions(const ControlPlaneOptions& o) {
 }
 
 ReportLedgerOptions LedgerOptions(const ControlPlaneOptions& o) {
-  return {InitialModel(o), o.observation_window, o.refit_every,
-          o.step_error_window, o.sync_window};
+  return {InitialModel(o),      o.observation_window, o.refit_every,
+          o.step_error_window,  o.sync_window,        o.refit_error};
 }
 
 ProfileStageOptions ProfileOptions(const ControlPlaneOptions& o,

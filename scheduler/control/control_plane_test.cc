@@ -171,6 +171,10 @@ TEST_F(ControlPlaneTest, RejectsBadOptions) {
   o.lookahead_steps = 0;
   EXPECT_THAT(ControlPlane::Start(o).status().message(),
               HasSubstr("lookahead_steps"));
+  o = Options();
+  o.refit_error = -0.1;
+  EXPECT_THAT(ControlPlane::Start(o).status().message(),
+              HasSubstr("refit_error"));
 }
 
 TEST_F(ControlPlaneTest, RandomSessionIdIsHex) {
@@ -521,15 +525,16 @@ TEST_F(ControlPlaneTest, RefitLearnsTheGradientSync) {
   std::unique_ptr<ControlPlane> cp;
   // At each refit, the sync learnt from the steps completed so far (every
   // one reported `reported_sync` on every rank): their median shrunk
-  // towards the prior.
+  // towards the prior in log space (CostModel::FitSync).
   int checked_refits = 0;
   o.on_refit = [&](const RefitEvent& e) {
     const v1::StatusResponse now = cp->Status();
     const double k = static_cast<double>(now.completed_steps());
-    EXPECT_NEAR(
-        now.coefficients().at("grad_sync"),
-        (k * reported_sync + prior_weight * prior_sync) / (k + prior_weight),
-        1e-9 * prior_sync)
+    EXPECT_NEAR(now.coefficients().at("grad_sync"),
+                std::exp((k * std::log(reported_sync) +
+                          prior_weight * std::log(prior_sync)) /
+                         (k + prior_weight)),
+                1e-9 * prior_sync)
         << "refit " << e.refits << " after " << k << " steps";
     EXPECT_DOUBLE_EQ(e.sync_error, now.sync_error());
     ++checked_refits;
@@ -712,6 +717,7 @@ TEST_F(ControlPlaneTest, ProfileAtStartGatesPlanningUntilEveryRankAnswers) {
   ControlPlaneOptions o = Options();
   o.profile_at_start = true;
   o.refit_every = 1000;  // Only the end of the profile refits.
+  o.refit_error = 0;
   std::vector<ProfileDoneEvent> done;
   o.on_profile_done = [&done](const ProfileDoneEvent& e) { done.push_back(e); };
   auto cp = Start(std::move(o));

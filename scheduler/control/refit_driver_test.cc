@@ -43,6 +43,7 @@ class RefitDriverTest : public ::testing::Test {
     ReportLedgerOptions o{Prior()};
     o.observation_window = 4;
     o.refit_every = 4;
+    o.refit_error = 0;  // the cadence alone
     return o;
   }
 

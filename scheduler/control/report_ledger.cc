@@ -53,6 +53,7 @@ bool ReportLedger::AddObservations(std::vector<TaskObservation> observations,
     // The current model predicted it before any fit saw it.
     unseen_errors_.push_back(error);
     unseen_error_sum_ += error;
+    new_error_sum_ += error;
     since_refit_error_sum_ += error;
     ++since_refit_;
   }
@@ -65,7 +66,12 @@ bool ReportLedger::AddObservations(std::vector<TaskObservation> observations,
     observation_errors_.pop_front();
     observations_.pop_front();
   }
-  if (new_observations_ < options_.refit_every || observations_.empty()) {
+  const bool far_off =
+      options_.refit_error > 0 && new_observations_ > 0 &&
+      new_error_sum_ > options_.refit_error *
+                           static_cast<double>(new_observations_);
+  if ((new_observations_ < options_.refit_every && !far_off) ||
+      observations_.empty()) {
     return false;
   }
   // At most one refit per completed step: at a thousand ranks a step brings
@@ -74,6 +80,7 @@ bool ReportLedger::AddObservations(std::vector<TaskObservation> observations,
   if (completed_steps_ == refit_completed_steps_) return false;
   refit_completed_steps_ = completed_steps_;
   new_observations_ = 0;
+  new_error_sum_ = 0;
   refit_due_ = true;
   return true;
 }
@@ -90,6 +97,7 @@ std::optional<RefitInput> ReportLedger::TakeRefit() {
   refit_due_ = false;
   if (observations_.empty()) return std::nullopt;
   new_observations_ = 0;
+  new_error_sum_ = 0;
   return MakeInput();
 }
 

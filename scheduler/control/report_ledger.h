@@ -30,6 +30,12 @@ struct ReportLedgerOptions {
   int step_error_window = 64;
   /// Completed steps with a measured sync kept for refits.
   int sync_window = 64;
+  /// While the observations added since the last due refit are, as the
+  /// current model predicted them, off by more than this on average, a
+  /// refit is due at each completed step however few they are: a model far
+  /// from the cluster (a data-sheet prior of other hardware) learns from
+  /// every step, not every `refit_every` observations. 0: off.
+  double refit_error = 0.25;
 };
 
 /// What a refit fits: both windows, and the model it would replace (the
@@ -89,9 +95,10 @@ class ReportLedger {
   void AddCompletedStep(const MeasuredStep& step) ABSL_LOCKS_EXCLUDED(mu_);
 
   /// Adds observations (the oldest beyond the window leave). Returns true
-  /// when this made a refit due: `refit_every` new observations and a
-  /// completed-step count (`completed_steps`, the highest seen) no refit
-  /// was due at yet. The first refit may come before any step completes.
+  /// when this made a refit due: `refit_every` new observations, or new
+  /// ones off by more than `refit_error`, and a completed-step count
+  /// (`completed_steps`, the highest seen) no refit was due at yet. The
+  /// first refit may come before any step completes.
   bool AddObservations(std::vector<TaskObservation> observations,
                        int64_t completed_steps) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -169,6 +176,8 @@ class ReportLedger {
   std::deque<double> observation_errors_ ABSL_GUARDED_BY(mu_);
   double observation_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t new_observations_ ABSL_GUARDED_BY(mu_) = 0;
+  /// Their errors under the model current when each arrived, summed.
+  double new_error_sum_ ABSL_GUARDED_BY(mu_) = 0;
   /// The highest completed-step count reported, and the one the last due
   /// refit was marked at (-1 before any).
   int64_t completed_steps_ ABSL_GUARDED_BY(mu_) = 0;

@@ -36,6 +36,7 @@ ReportLedgerOptions Options() {
   o.refit_every = 4;
   o.step_error_window = 2;
   o.sync_window = 2;
+  o.refit_error = 0;  // the cadence alone (see ...AFarOffModelRefitsEveryStep)
   return o;
 }
 
@@ -83,6 +84,28 @@ TEST(ReportLedgerTest, ARefitIsDueEveryRefitEveryAtMostOncePerStep) {
   ASSERT_TRUE(ledger.TakeDueRefit().has_value());
   EXPECT_FALSE(ledger.TakeDueRefit().has_value());
   EXPECT_EQ(StatusOf(ledger).refits(), 0);  // the ledger fits nothing
+}
+
+TEST(ReportLedgerTest, AFarOffModelRefitsEveryStepHoweverFewItsReports) {
+  ReportLedgerOptions o = Options();  // refit_every = 4
+  o.refit_error = 0.25;
+  ReportLedger ledger(o);
+  // One observation 1.5x the prior (1/3 off) a step: due at each completed
+  // step, not every 4 observations.
+  EXPECT_TRUE(ledger.AddObservations(Observed(1.5, 1), 0));
+  ASSERT_TRUE(ledger.TakeDueRefit().has_value());
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 0));  // same step
+  EXPECT_TRUE(ledger.AddObservations(Observed(1.5, 1), 1));
+  ASSERT_TRUE(ledger.TakeDueRefit().has_value());
+  // 1.2x is 1/6 off, below the threshold: the cadence again (4 new).
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.2, 1), 2));
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.2, 2), 3));
+  EXPECT_TRUE(ledger.AddObservations(Observed(1.2, 1), 4));
+  ASSERT_TRUE(ledger.TakeDueRefit().has_value());
+  // What counts is the mean since the last due refit: one 1/3 off after
+  // two exact ones is 1/9 off.
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.0, 2), 5));
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 6));
 }
 
 TEST(ReportLedgerTest, CompletedStepsFillTheStepAndSyncWindows) {

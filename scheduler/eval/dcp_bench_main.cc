@@ -242,7 +242,10 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
          {"x_lower_prior_profile", r.profiled_s / lb},
          {"prior_profile_vs_perfect", r.profiled_s / r.perfect_s},
          {"profile_seconds", r.profile_seconds},
-         {"x_lower_sheet", r.sheet_s / lb},
+         {"x_lower_sheet", r.sheet_error.empty()
+                               ? nlohmann::json(r.sheet_s / lb)
+                               : nlohmann::json(nullptr)},
+         {"sheet_error", r.sheet_error},
          {"x_lower_prior_short_profile", r.profiled_short_s / lb},
          {"prior_short_profile_vs_perfect", r.profiled_short_s / r.perfect_s},
          {"profile_short_rows", r.profile_short_rows},
@@ -256,12 +259,14 @@ void ReportLearned(const Scenario& sc, const LearnedModelOptions& o,
   }
   std::printf(
       "    learned (prior %s, noise %.2f): x_lower perfect %.4f; prior only "
-      "%.4f (%.4f with its own memory); prior+profile %.4f (%.4f of "
+      "%.4f (%s with its own memory); prior+profile %.4f (%.4f of "
       "perfect; the scheduler's default grid to the window, %d rows, %.0f s "
       "a rank on the reference cluster); with the grid to 4096 tokens %.4f "
       "(%.4f, %d rows, %.0f s)\n",
       o.prior.name.c_str(), o.noise, r.perfect_s / lb, r.prior_s / lb,
-      r.sheet_s / lb, r.profiled_s / lb, r.profiled_s / r.perfect_s,
+      r.sheet_error.empty() ? absl::StrFormat("%.4f", r.sheet_s / lb).c_str()
+                            : "nothing fits",
+      r.profiled_s / lb, r.profiled_s / r.perfect_s,
       r.profile_rows, r.profile_seconds, r.profiled_short_s / lb,
       r.profiled_short_s / r.perfect_s, r.profile_short_rows,
       r.profile_short_seconds);

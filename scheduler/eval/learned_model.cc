@@ -67,6 +67,7 @@ absl::Status OnlineRefit(const LengthView& lengths,
   const ReferenceCluster judge(ev.cluster, ev.model, ev.world_size);
   ReportLedgerOptions lo{prior, options.observation_window,
                          options.refit_every};
+  lo.refit_error = options.refit_error;
   ReportLedger ledger(lo);
   RefitDriver refits(prior, options.prior_weight, &ledger, nullptr);
   TimingNoise noise(options.noise, options.seed + 1);
@@ -172,8 +173,16 @@ absl::StatusOr<LearnedModelResult> EvaluateLearnedModel(
   result.lower_bound_s = p.lower_bound_s;
   ASSIGN_OR_RETURN(EvaluationResult q, PlanWith(lengths, ev, prior));
   result.prior_s = q.dcp.makespan_s;
-  ASSIGN_OR_RETURN(EvaluationResult h, PlanWith(lengths, ev, sheet));
-  result.sheet_s = h.dcp.makespan_s;
+  // A sheet whose memory cannot hold the model (a CPU host's budget under
+  // a GPU job's model) plans nothing; every other figure still stands.
+  absl::StatusOr<EvaluationResult> h = PlanWith(lengths, ev, sheet);
+  if (h.ok()) {
+    result.sheet_s = h->dcp.makespan_s;
+  } else if (absl::IsFailedPrecondition(h.status())) {
+    result.sheet_error = std::string(h.status().message());
+  } else {
+    return h.status();
+  }
   RETURN_IF_ERROR(PlanWithProfiles(lengths, options, judge, prior, result));
 
   StepBuilderOptions so;

@@ -2,6 +2,7 @@
 #define DCP_SCHEDULER_EVAL_LEARNED_MODEL_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,7 @@ struct LearnedModelOptions {
   /// The ledger's cadence (the scheduler's defaults).
   int refit_every = 64;
   int observation_window = 512;
+  double refit_error = 0.25;
   /// "Within target": makespan at most this times the perfect model's.
   double target_ratio = 1.02;
 };
@@ -53,6 +55,9 @@ struct LearnedModelResult {
   double perfect_s = 0;
   /// The prior's data sheet alone, its memory and node size included.
   double sheet_s = 0;
+  /// Why the sheet planned nothing (then sheet_s is 0), e.g. its memory
+  /// holds not even the model's states; empty when it planned.
+  std::string sheet_error;
   /// The prior's speed: its data sheet with the judge's HBM, usable
   /// fraction and node size (what a scheduler reads from the devices it
   /// runs on rather than learns). Every fit below starts from it.

@@ -378,9 +378,15 @@ absl::StatusOr<CostModel> CostModel::FitSync(
   const double median =
       n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   Coefficients c = c_;
-  c.grad_sync =
-      (static_cast<double>(n) * median + prior_weight * c_.grad_sync) /
-      (static_cast<double>(n) + prior_weight);
+  const double w = static_cast<double>(n) / (static_cast<double>(n) + prior_weight);
+  // A time is a scale: shrunk in log space (as the task coefficients'
+  // common scale is), so a prior 100x off weighs like one measurement 100x
+  // off, not like a hundred. A median of 0 (syncs that took no time) has
+  // no logarithm: then the mean of the two.
+  c.grad_sync = median > 0 && c_.grad_sync > 0
+                    ? std::exp(w * std::log(median) +
+                               (1 - w) * std::log(c_.grad_sync))
+                    : w * median + (1 - w) * c_.grad_sync;
   return CostModel(c, model_, memory_cap_, gpus_per_node_);
 }
 

@@ -82,6 +82,11 @@ ABSL_FLAG(absl::Duration, profile_timeout, absl::Seconds(60),
           "wait for every rank's profile before planning without the rest.");
 ABSL_FLAG(int, refit_every, 64,
           "Refit the cost model after this many new task observations.");
+ABSL_FLAG(double, refit_error, 0.25,
+          "Also refit at every completed step while the task times reported "
+          "since the last refit are off by more than this on average, as the "
+          "model predicted them (0: off): a far-off prior learns every "
+          "step.");
 ABSL_FLAG(int, observation_window, 512,
           "Most recent task observations a refit uses.");
 ABSL_FLAG(int, step_error_window, 64,
@@ -328,6 +333,7 @@ absl::StatusOr<SchedulerServerOptions> OptionsFromFlags() {
   cp.balance_steps = job.balance_steps;
   cp.max_steps = absl::GetFlag(FLAGS_max_steps);
   cp.refit_every = absl::GetFlag(FLAGS_refit_every);
+  cp.refit_error = absl::GetFlag(FLAGS_refit_error);
   cp.observation_window = absl::GetFlag(FLAGS_observation_window);
   cp.prior_weight = absl::GetFlag(FLAGS_prior_weight);
   cp.sync_window = absl::GetFlag(FLAGS_sync_window);
