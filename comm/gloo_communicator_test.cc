@@ -1,5 +1,6 @@
 #include "comm/gloo_communicator.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -169,6 +170,22 @@ class WatchedStore final : public RendezvousStoreInterface {
       ABSL_GUARDED_BY(mu_);
 };
 
+// Forms `key` in a thread as the members `present` (not all of them, so
+// that they wait for the others); member i's status goes to (*results)[i].
+std::thread FormWith(const CommKey& key, std::vector<int> present,
+                     const std::string& prefix, RendezvousStoreInterface* store,
+                     const GlooCommunicator::Options& options,
+                     std::vector<absl::Status>* results) {
+  results->assign(present.size(), absl::OkStatus());
+  return std::thread([=] {
+    RunRanks(present, [&](int rank) {
+      const auto at = std::find(present.begin(), present.end(), rank);
+      (*results)[at - present.begin()] =
+          GlooCommunicator::Create(key, rank, prefix, store, options).status();
+    });
+  });
+}
+
 TEST(GlooCommunicatorCreateTest, MissingRankMakesTheOthersTimeOut) {
   const std::vector<int> ranks = {0, 1, 2, 3};
   absl::StatusOr<CommKey> key = CommKey::Make(ranks, 2);
@@ -178,14 +195,9 @@ TEST(GlooCommunicatorCreateTest, MissingRankMakesTheOthersTimeOut) {
   WatchedStore store(&memory);
   GlooCommunicator::Options options;
   options.timeout = absl::Seconds(20);
-  std::vector<absl::Status> results(3);
-  std::thread members([&] {
-    RunRanks({0, 1, 2}, [&](int rank) {  // Rank 3 never shows up.
-      results[rank] =
-          GlooCommunicator::Create(*key, rank, "missing/", &store, options)
-              .status();
-    });
-  });
+  std::vector<absl::Status> results;  // Rank 3 never shows up.
+  std::thread members =
+      FormWith(*key, {0, 1, 2}, "missing/", &store, options, &results);
   // Each member waits for rank 3 only once it has met the other two (each
   // is in one wait at a time), so when all three wait for it the clock's
   // three sleepers are those waits: their timeout is what passes.
@@ -210,14 +222,9 @@ TEST(GlooCommunicatorCreateTest, AFormTimeoutBoundsTheFormationNotTheOps) {
   GlooCommunicator::Options options;
   options.timeout = absl::Seconds(20);
   options.form_timeout = absl::Seconds(60);
-  std::vector<absl::Status> results(2);
-  std::thread members([&] {
-    RunRanks({0, 1}, [&](int rank) {  // Rank 2 never shows up.
-      results[rank] =
-          GlooCommunicator::Create(*key, rank, "late/", &store, options)
-              .status();
-    });
-  });
+  std::vector<absl::Status> results;  // Rank 2 never shows up.
+  std::thread members =
+      FormWith(*key, {0, 1}, "late/", &store, options, &results);
   ASSERT_TRUE(store.AwaitWaits("late/gloo/2", 2));
   ASSERT_TRUE(clock.AwaitSleepers(2, kGuard));
   // Their waits for the missing peer run to the form timeout (less the
