@@ -66,8 +66,11 @@ bool ReportLedger::AddObservations(std::vector<TaskObservation> observations,
     observation_errors_.pop_front();
     observations_.pop_front();
   }
+  // Only once a step completed: before that, observations are the start-up
+  // profile's, which refits once at its end.
   const bool far_off =
-      options_.refit_error > 0 && new_observations_ > 0 &&
+      options_.refit_error > 0 && completed_steps_ > 0 &&
+      new_observations_ > 0 &&
       new_error_sum_ > options_.refit_error *
                            static_cast<double>(new_observations_);
   if ((new_observations_ < options_.refit_every && !far_off) ||

@@ -32,7 +32,8 @@ struct ReportLedgerOptions {
   int sync_window = 64;
   /// While the observations added since the last due refit are, as the
   /// current model predicted them, off by more than this on average, a
-  /// refit is due at each completed step however few they are: a model far
+  /// refit is due at each completed step (once one has completed: a
+  /// start-up profile refits at its own end) however few they are: a model far
   /// from the cluster (a data-sheet prior of other hardware) learns from
   /// every step, not every `refit_every` observations. 0: off.
   double refit_error = 0.25;

@@ -90,22 +90,24 @@ TEST(ReportLedgerTest, AFarOffModelRefitsEveryStepHoweverFewItsReports) {
   ReportLedgerOptions o = Options();  // refit_every = 4
   o.refit_error = 0.25;
   ReportLedger ledger(o);
+  // Before any step completes (a start-up profile's rows), the cadence.
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 0));
   // One observation 1.5x the prior (1/3 off) a step: due at each completed
   // step, not every 4 observations.
-  EXPECT_TRUE(ledger.AddObservations(Observed(1.5, 1), 0));
-  ASSERT_TRUE(ledger.TakeDueRefit().has_value());
-  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 0));  // same step
   EXPECT_TRUE(ledger.AddObservations(Observed(1.5, 1), 1));
   ASSERT_TRUE(ledger.TakeDueRefit().has_value());
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 1));  // same step
+  EXPECT_TRUE(ledger.AddObservations(Observed(1.5, 1), 2));
+  ASSERT_TRUE(ledger.TakeDueRefit().has_value());
   // 1.2x is 1/6 off, below the threshold: the cadence again (4 new).
-  EXPECT_FALSE(ledger.AddObservations(Observed(1.2, 1), 2));
-  EXPECT_FALSE(ledger.AddObservations(Observed(1.2, 2), 3));
-  EXPECT_TRUE(ledger.AddObservations(Observed(1.2, 1), 4));
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.2, 1), 3));
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.2, 2), 4));
+  EXPECT_TRUE(ledger.AddObservations(Observed(1.2, 1), 5));
   ASSERT_TRUE(ledger.TakeDueRefit().has_value());
   // What counts is the mean since the last due refit: one 1/3 off after
   // two exact ones is 1/9 off.
-  EXPECT_FALSE(ledger.AddObservations(Observed(1.0, 2), 5));
-  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 6));
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.0, 2), 6));
+  EXPECT_FALSE(ledger.AddObservations(Observed(1.5, 1), 7));
 }
 
 TEST(ReportLedgerTest, CompletedStepsFillTheStepAndSyncWindows) {
