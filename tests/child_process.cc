@@ -1,14 +1,12 @@
 #include "tests/child_process.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/inotify.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -69,64 +68,14 @@ void KeepOutputs(const std::string& prefix) {
 }
 
 Child Spawn(const std::string& name, const std::vector<std::string>& argv) {
-  Child child;
-  child.name = name;
-  child.out_path = TmpPath(name + ".out");
-  child.err_path = TmpPath(name + ".err");
-  // Everything the child needs is made before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<char*> args;
-  for (const std::string& a : argv) {
-    args.push_back(const_cast<char*>(a.c_str()));
+  absl::StatusOr<Child> child =
+      subprocess::Start(name, argv, EnvOrEmpty("TEST_TMPDIR"));
+  if (!child.ok()) {
+    std::fprintf(stderr, "tests/child_process: %s\n",
+                 child.status().ToString().c_str());
+    std::abort();
   }
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out =
-        open(child.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err =
-        open(child.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
-      _exit(126);
-    }
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  child.pid = pid;
-  return child;
-}
-
-bool Poll(Child& child) {
-  if (child.done) return true;
-  int status = 0;
-  const pid_t r = waitpid(child.pid, &status, WNOHANG);
-  if (r != child.pid) return false;
-  child.done = true;
-  child.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return true;
-}
-
-bool WaitAll(std::vector<Child>& children, absl::Time deadline) {
-  while (true) {
-    bool all = true;
-    for (Child& c : children) all = Poll(c) && all;
-    if (all) return true;
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-}
-
-void KillAll(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (!Poll(c)) kill(c.pid, SIGKILL);
-  }
-  for (Child& c : children) {
-    if (!c.done) {
-      int status = 0;
-      waitpid(c.pid, &status, 0);
-      c.done = true;
-    }
-  }
+  return *std::move(child);
 }
 
 bool ExpectAllExit(std::vector<Child>& children, absl::Time deadline,
@@ -135,21 +84,6 @@ bool ExpectAllExit(std::vector<Child>& children, absl::Time deadline,
   KillAll(children);
   ADD_FAILURE() << what << ":\n" << Describe(children);
   return false;
-}
-
-std::string Describe(const std::vector<Child>& children,
-                     size_t max_stderr_bytes) {
-  std::string out;
-  for (const Child& c : children) {
-    std::string err = ReadFile(c.err_path);
-    if (err.size() > max_stderr_bytes) {
-      err = "..." + err.substr(err.size() - max_stderr_bytes);
-    }
-    absl::StrAppend(&out, "---- ", c.name, " (",
-                    c.done ? absl::StrCat("exit ", c.exit_code) : "running",
-                    ")\n", err, "\n");
-  }
-  return out;
 }
 
 std::string RunToEnd(const std::string& name,

@@ -2,15 +2,15 @@
 #define DCP_TESTS_CHILD_PROCESS_H_
 
 // Child processes for the cross-process tests: the real binaries from the
-// test's runfiles, stdout and stderr in files under TEST_TMPDIR (testonly).
-
-#include <sys/types.h>
+// test's runfiles, stdout and stderr in files under TEST_TMPDIR, and what
+// the tests expect of them (testonly; common/subprocess.h runs them).
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 
 namespace dcp {
@@ -32,35 +32,24 @@ bool WriteFile(const std::string& path, const std::string& text);
 /// machine can be read after it. A no-op outside `bazel test`.
 void KeepOutputs(const std::string& prefix);
 
-/// A child process with stdout and stderr in files.
-struct Child {
-  std::string name;
-  pid_t pid = -1;
-  std::string out_path;
-  std::string err_path;
-  /// -1 while running or when killed by a signal.
-  int exit_code = -1;
-  bool done = false;
-};
+/// The process plumbing (common/subprocess.h): a child's record, reaping,
+/// waiting until a deadline, killing, and the failure summary.
+using subprocess::Child;
+using subprocess::Describe;
+using subprocess::KillAll;
+using subprocess::Poll;
+using subprocess::WaitAll;
 
-/// Starts `argv` (argv[0] is the binary's path) as `name`.
+/// Starts `argv` (argv[0] is the binary's path) as `name`, stdout and
+/// stderr in `name`.out and .err under TEST_TMPDIR. When it cannot be
+/// started (a binary missing from the runfiles), the test binary stops
+/// there with the reason: a child that never ran has no pid to signal.
 Child Spawn(const std::string& name, const std::vector<std::string>& argv);
-/// Reaps `child` if it has exited; true when it has.
-bool Poll(Child& child);
-/// Waits for every child up to `deadline`; false when some still run.
-bool WaitAll(std::vector<Child>& children, absl::Time deadline);
-/// SIGKILLs every child still running and reaps them all.
-void KillAll(std::vector<Child>& children);
 /// Waits for every child up to `deadline`; when some still run, SIGKILLs
 /// and reaps them all, fails the test with `what` and every child's stderr,
 /// and returns false.
 bool ExpectAllExit(std::vector<Child>& children, absl::Time deadline,
                    const std::string& what);
-/// Every child's name, state ("exit N", or "running" until it is reaped)
-/// and stderr, for failure messages; of each stderr only the last
-/// `max_stderr_bytes`, for children that log a lot.
-std::string Describe(const std::vector<Child>& children,
-                     size_t max_stderr_bytes = std::string::npos);
 /// Runs a short command to completion (30 s at most); its stdout, or "" and
 /// a test failure.
 std::string RunToEnd(const std::string& name,
