@@ -54,9 +54,9 @@
 #include "common/model_spec.h"
 #include "common/security_flags.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "examples/local_planner.h"
 #include "examples/loss_log.h"
-#include "examples/rank_processes.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan.pb.h"
 #include "scheduler/cli/job_config.h"
@@ -514,20 +514,21 @@ absl::Status RunLocalWorld(int world, int64_t steps) {
     absl::MutexLock lock(&counts->mu);
     counts->plan_log = std::move(out);
   }
-  ASSIGN_OR_RETURN(std::string self, SelfExecutable());
+  ASSIGN_OR_RETURN(std::string self, subprocess::SelfExecutable());
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(
       std::unique_ptr<SchedulerServer> server,
       SchedulerServer::Start(SchedulerOptions(std::move(job), steps, counts)));
   absl::FPrintF(stderr, "dcp-train: scheduler on %s, session %s; %d ranks\n",
                 server->address(), server->control_plane().session_id(), world);
-  std::vector<std::vector<std::string>> argvs;
+  // They share this process's stdout and stderr. When one fails, Wait kills
+  // the rest (their collectives would wait for it until they time out).
+  subprocess::Children ranks;
   for (int r = 0; r < world; ++r) {
-    argvs.push_back(RankArgv(self, server->address(), r, world));
+    RETURN_IF_ERROR(ranks.Start(absl::StrCat("rank ", r),
+                                RankArgv(self, server->address(), r, world)));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RankProcesses> ranks,
-                   RankProcesses::Start(argvs));
-  const absl::Status done = ranks->Wait();
+  const absl::Status done = ranks.Wait();
   server->Shutdown();
   RETURN_IF_ERROR(done);
   const v1::StatusResponse status = server->control_plane().Status();

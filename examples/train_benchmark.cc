@@ -44,10 +44,11 @@
 #include "absl/time/time.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
+#include "examples/rendezvous_ranks.h"
 #include "examples/train_benchmark_cpu_costs.h"
 #include "examples/train_benchmark_job.h"
 #include "examples/train_benchmark_plans.h"
-#include "examples/train_benchmark_processes.h"
 #include "examples/train_benchmark_rank.h"
 #include "scheduler/cli/job_config.h"
 #include "scheduler/planner/plan.h"
@@ -378,22 +379,23 @@ bool ReportMemory(std::vector<MemoryRecord> records, const Job& job) {
 
 absl::Status RunChildren(const std::string& dir, const Job& job,
                          absl::Duration timeout) {
-  ASSIGN_OR_RETURN(std::string self, SelfExecutable());
-  ASSIGN_OR_RETURN(std::unique_ptr<SchedulerServer> server,
-                   StartRendezvousServer(job.world_size, job.session, job.model,
-                                         job.memory_length));
-  Children ranks;
+  ASSIGN_OR_RETURN(std::string self, subprocess::SelfExecutable());
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<SchedulerServer> server,
+      examples::StartRendezvousServer(job.world_size, job.session, job.model,
+                                      job.memory_length));
+  subprocess::Children ranks;
   for (int r = 0; r < job.world_size; ++r) {
-    RETURN_IF_ERROR(ranks.Spawn(
+    RETURN_IF_ERROR(ranks.Start(
         absl::StrCat("rank", r),
         {self, "--rank_job", dir, absl::StrCat(r), server->address()}, dir));
   }
-  RETURN_IF_ERROR(ranks.WaitAll(absl::Now() + timeout));
+  RETURN_IF_ERROR(ranks.Wait(absl::Now() + timeout));
   server->Shutdown();
   // After the ranks, so that it has the cores to itself.
-  Children memory;
-  RETURN_IF_ERROR(memory.Spawn("memory", {self, "--memory_job", dir}, dir));
-  return memory.WaitAll(absl::Now() + timeout);
+  subprocess::Children memory;
+  RETURN_IF_ERROR(memory.Start("memory", {self, "--memory_job", dir}, dir));
+  return memory.Wait(absl::Now() + timeout);
 }
 
 absl::StatusOr<PlanSet> Plan(const BenchmarkOptions& o, const Job& job,

@@ -16,8 +16,8 @@
 #include "common/clock.h"
 #include "common/process_memory.h"
 #include "common/status_macros.h"
+#include "examples/rendezvous_ranks.h"
 #include "examples/train_benchmark_job.h"
-#include "examples/train_benchmark_processes.h"
 #include "train/rank_plan.h"
 #include "train/torch_threads.h"
 #include "train/trainer.h"
@@ -124,9 +124,10 @@ absl::Status RunRank(const std::string& dir, int rank,
   train::SetTorchThreads(1);
   RETURN_IF_ERROR(KeepFreedMemory());
   ASSIGN_OR_RETURN(Job job, ReadJob(dir));
-  ASSIGN_OR_RETURN(RankGroups groups,
-                   ConnectRankGroups(address, job.session, rank,
-                                     absl::Seconds(job.group_timeout_s)));
+  ASSIGN_OR_RETURN(
+      examples::RankGroups groups,
+      examples::ConnectRankGroups(address, job.session, rank,
+                                  absl::Seconds(job.group_timeout_s)));
   ASSIGN_OR_RETURN(RankSteps steps, LoadRankSteps(dir, job, rank));
   RETURN_IF_ERROR(FormGroups(job, rank, steps, *groups.groups));
   ProcessCpuClock clock;

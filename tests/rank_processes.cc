@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "common/model_spec.h"
-#include "examples/rank_processes.h"
+#include "common/subprocess.h"
 
 namespace dcp::testing_ranks {
 
 std::string SelfPath() {
-  absl::StatusOr<std::string> self = examples::SelfExecutable();
+  absl::StatusOr<std::string> self = subprocess::SelfExecutable();
   return self.ok() ? *self : "";
 }
 
