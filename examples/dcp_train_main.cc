@@ -521,8 +521,7 @@ absl::Status RunLocalWorld(int world, int64_t steps) {
       SchedulerServer::Start(SchedulerOptions(std::move(job), steps, counts)));
   absl::FPrintF(stderr, "dcp-train: scheduler on %s, session %s; %d ranks\n",
                 server->address(), server->control_plane().session_id(), world);
-  // They share this process's stdout and stderr. When one fails, Wait kills
-  // the rest (their collectives would wait for it until they time out).
+  // On this process's stdout and stderr; Wait kills the rest when one fails.
   subprocess::Children ranks;
   for (int r = 0; r < world; ++r) {
     RETURN_IF_ERROR(ranks.Start(absl::StrCat("rank ", r),
