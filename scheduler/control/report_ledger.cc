@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <utility>
 
 namespace dcp {
@@ -12,6 +13,13 @@ template <typename T>
 void PushWindowed(std::deque<T>& entries, T value, int window) {
   entries.push_back(std::move(value));
   while (static_cast<int>(entries.size()) > window) entries.pop_front();
+}
+
+// The mean of `count` errors kept as a running `sum` (0 with none); the sum
+// is clamped at 0 against the rounding of its additions and subtractions.
+double MeanOfSum(double sum, size_t count) {
+  if (count == 0) return 0;
+  return std::max(0.0, sum) / static_cast<double>(count);
 }
 
 }  // namespace
@@ -187,9 +195,7 @@ double ReportLedger::ModelError() const {
 }
 
 double ReportLedger::ModelErrorLocked() const {
-  if (observations_.empty()) return 0;
-  return std::max(0.0, observation_error_sum_) /
-         static_cast<double>(observations_.size());
+  return MeanOfSum(observation_error_sum_, observations_.size());
 }
 
 double ReportLedger::UnseenError() const {
@@ -198,15 +204,11 @@ double ReportLedger::UnseenError() const {
 }
 
 double ReportLedger::UnseenErrorLocked() const {
-  if (unseen_errors_.empty()) return 0;
-  return std::max(0.0, unseen_error_sum_) /
-         static_cast<double>(unseen_errors_.size());
+  return MeanOfSum(unseen_error_sum_, unseen_errors_.size());
 }
 
 double ReportLedger::SinceRefitErrorLocked() const {
-  if (since_refit_ == 0) return 0;
-  return std::max(0.0, since_refit_error_sum_) /
-         static_cast<double>(since_refit_);
+  return MeanOfSum(since_refit_error_sum_, since_refit_);
 }
 
 int64_t ReportLedger::observations() const {
