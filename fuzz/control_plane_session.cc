@@ -131,6 +131,14 @@ void SessionRun::Report(const v1::TimingReport& report) {
               StatusCode::kAlreadyExists},
              "ReportTimings");
   if (!ack.ok()) return;
+  if (ack->discarded()) {
+    // Taken and dropped: only a report from an epoch before the current one
+    // is stale, and it counts nowhere (CheckInvariants sees no change).
+    DCP_FUZZ_CHECK(report.epoch() < last_.epoch(), "a report of rank ",
+                   report.rank(), " for step ", report.step(), " in epoch ",
+                   report.epoch(), " was dropped in epoch ", last_.epoch());
+    return;
+  }
   const bool first =
       oracle_.accepted[report.step()].insert(report.rank()).second;
   DCP_FUZZ_CHECK(first, "a second timing report of rank ", report.rank(),

@@ -132,6 +132,18 @@ absl::Status CheckRank(int rank, int world_size) {
   return absl::OkStatus();
 }
 
+absl::Status CheckReportAddress(const v1::TimingReport& report,
+                                int world_size) {
+  RETURN_IF_ERROR(CheckRank(report.rank(), world_size));
+  if (report.epoch() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timing report of rank ", report.rank(), " for step ",
+                     report.step(), ": epoch ", report.epoch(),
+                     " is negative"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSession(absl::string_view session_id,
                           absl::string_view expected) {
   if (session_id != expected) {

@@ -78,6 +78,12 @@ struct MeasuredStep {
 /// INVALID_ARGUMENT naming the world when `rank` is outside it.
 absl::Status CheckRank(int rank, int world_size);
 
+/// INVALID_ARGUMENT when a timing report's rank is outside the world or its
+/// epoch is negative: what is checked before the report is matched to a
+/// step (and perhaps taken and dropped as stale).
+absl::Status CheckReportAddress(const v1::TimingReport& report,
+                                int world_size);
+
 /// FAILED_PRECONDITION when `session_id` is not `expected` (the scheduler
 /// restarted, or the id is wrong).
 absl::Status CheckSession(absl::string_view session_id,

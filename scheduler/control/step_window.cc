@@ -287,12 +287,13 @@ bool StepWindow::DiscardsLocked(const v1::TimingReport& report) const {
   // and is answered, not refused, so the sender goes on to the next epoch.
   const StepRecord* record = KeptLocked(report.step());
   if (record != nullptr) return report.epoch() < record->plan->epoch();
-  return report.step() < completed_steps_ && report.epoch() < epoch_;
+  return report.step() >= 0 && report.step() < completed_steps_ &&
+         report.epoch() < epoch_;
 }
 
 absl::StatusOr<bool> StepWindow::CheckTimings(
     const v1::TimingReport& report) const {
-  RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
+  RETURN_IF_ERROR(CheckReportAddress(report, options_.world_size));
   absl::MutexLock lock(&mu_);
   if (DiscardsLocked(report)) return false;
   RETURN_IF_ERROR(
@@ -313,7 +314,7 @@ absl::StatusOr<RecordedTimings> StepWindow::ReplayTimings(
 
 absl::StatusOr<RecordedTimings> StepWindow::Record(
     const v1::TimingReport& report, bool replay) {
-  RETURN_IF_ERROR(CheckRank(report.rank(), options_.world_size));
+  RETURN_IF_ERROR(CheckReportAddress(report, options_.world_size));
   const int rank = report.rank();
   absl::MutexLock lock(&mu_);
   if (DiscardsLocked(report)) {

@@ -235,6 +235,16 @@ TEST_F(StepWindowFailureTest, ShrinkLeavesAHungRankOutOfANewEpoch) {
       window->RecordTimings(ReportOf(plans[0], 2));
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_TRUE(late->discarded);
+  // A negative epoch is not stale but malformed: refused by name, by both
+  // the durable check and the record.
+  v1::TimingReport malformed = ReportOf(plans[1], 2);
+  malformed.set_epoch(-1);
+  for (const absl::Status& refused :
+       {window->CheckTimings(malformed).status(),
+        window->RecordTimings(malformed).status()}) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("epoch -1 is negative"));
+  }
   std::vector<v1::StepPlan> shrunk = PlanAll(*window);  // Steps 3..5.
   ASSERT_EQ(shrunk.size(), 3u);
   EXPECT_EQ(Sorted(shrunk[0]), Sorted(plans[0]));

@@ -533,6 +533,9 @@ std::vector<BadInputCase> ReportTargetCases() {
       {"ReportNegativeStep", Code::INVALID_ARGUMENT,
        "for step -1: the step has not been planned",
        Rank1Report([](v1::TimingReport& r) { r.set_step(-1); })},
+      {"ReportNegativeEpoch", Code::INVALID_ARGUMENT,
+       "for step 0: epoch -1 is negative",
+       Rank1Report([](v1::TimingReport& r) { r.set_epoch(-1); })},
   };
 }
 
