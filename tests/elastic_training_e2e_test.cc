@@ -66,7 +66,7 @@ constexpr int kWorld = 4;
 constexpr int kSteps = 12;
 constexpr int kVictim = 1;
 /// The victim is killed once it logged this step.
-constexpr int64_t kKillAfter = 2;
+constexpr int64_t kKillAfter = 3;
 
 ElasticJob TrainingJob() {
   ElasticJob job = testing_process::FourRankJob(kSteps);

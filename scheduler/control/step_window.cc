@@ -41,10 +41,9 @@ StepWindow::StepWindow(StepWindowOptions options)
       limits_{options_.world_size, options_.gpus_per_node,
               options_.max_task_seconds},
       clock_(options_.clock),
-      ranks_(options_.world_size),
-      liveness_(
-          {options_.world_size, options_.rank_timeout, options_.step_timeout}),
-      members_(options_.world_size, true) {}
+      world_({options_.world_size, options_.rank_timeout,
+              options_.step_timeout, options_.on_rank_failure}),
+      rank_streams_(options_.world_size, 0) {}
 
 // ----------------------------------------------------------- registration
 
@@ -73,26 +72,19 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
   v1::RegisterResponse response;
   {
     absl::MutexLock lock(&mu_);
-    RankState& rank = ranks_[request.rank()];
-    if (rank.registered) {
+    if (world_.rank(request.rank()).registered) {
       old_wake = CloseRankStream(
           request.rank(),
           absl::AbortedError(absl::StrCat(
               "rank ", request.rank(), " registered again (pid ", request.pid(),
               " on '", request.host(), "'); this plan stream is replaced")));
     }
-    rank.registered = true;
-    rank.host = request.host();
-    rank.gpu = request.gpu();
-    rank.pid = request.pid();
-    rank.last_seen = clock_->Now();
-    if (liveness_.OnRegistered(request.rank(), rank.last_seen) &&
-        returned != nullptr) {
-      *returned = ReturnEvent(request.rank());
+    if (world_.Registered(request, clock_->Now()) && returned != nullptr) {
+      *returned = world_.ReturnEvent(request.rank());
     }
 
     response.set_session_id(options_.session_id);
-    response.set_epoch(epoch_);
+    response.set_epoch(world_.epoch());
     response.set_world_size(options_.world_size);
     response.set_gpus_per_node(options_.gpus_per_node);
     response.set_model(options_.model_name);
@@ -101,17 +93,6 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
   }
   Call(old_wake);
   return response;
-}
-
-RankFailureEvent StepWindow::ReturnEvent(int rank) const {
-  RankFailureEvent event;
-  event.returned = rank;
-  event.policy = std::string(RankFailurePolicyName(options_.on_rank_failure));
-  event.holding = Holding();
-  event.epoch = epoch_;
-  event.live_ranks = liveness_.live_ranks();
-  event.members = RanksOf(NextMembers());
-  return event;
 }
 
 int64_t StepWindow::NextUnreported(int rank) const {
@@ -127,10 +108,10 @@ int64_t StepWindow::NextUnreported(int rank) const {
 
 std::shared_ptr<std::function<void()>> StepWindow::CloseRankStream(
     int rank, const absl::Status& why) {
-  const int64_t id = ranks_[rank].stream;
+  const int64_t id = rank_streams_[rank];
   if (id == 0) return nullptr;
-  ranks_[rank].stream = 0;
-  liveness_.OnStreamClosed(rank, clock_->Now());
+  rank_streams_[rank] = 0;
+  world_.StreamClosed(rank, clock_->Now());
   auto it = streams_.find(id);
   if (it == streams_.end()) return nullptr;
   if (!it->second.closed.has_value()) it->second.closed = why;
@@ -170,7 +151,7 @@ absl::StatusOr<int64_t> StepWindow::OpenStream(int rank,
     if (shutdown_) {
       return absl::UnavailableError("the scheduler is shutting down");
     }
-    if (!ranks_[rank].registered) {
+    if (!world_.rank(rank).registered) {
       return absl::FailedPreconditionError(absl::StrCat(
           "rank ", rank, " has not registered; call Register first"));
     }
@@ -182,9 +163,8 @@ absl::StatusOr<int64_t> StepWindow::OpenStream(int rank,
     stream.rank = rank;
     stream.cursor = from_step;
     stream.wake = std::make_shared<std::function<void()>>(std::move(wake));
-    ranks_[rank].stream = id;
-    ranks_[rank].last_seen = clock_->Now();
-    liveness_.OnStreamOpened(rank, ranks_[rank].last_seen);
+    rank_streams_[rank] = id;
+    world_.StreamOpened(rank, clock_->Now());
   }
   Call(old_wake);
   return id;
@@ -201,10 +181,9 @@ StreamNext StepWindow::NextForStream(
   StreamState& stream = it->second;
   if (stream.closed.has_value()) return End(*stream.closed);
   if (stream.drain_sent) return End(absl::OkStatus());
-  RankState& rank = ranks_[stream.rank];
   if (!stream.profile_sent && ask_profile(stream.rank)) {
     stream.profile_sent = true;
-    rank.last_seen = clock_->Now();
+    world_.ProfileAsked(stream.rank, clock_->Now());
     return Send(profile_request);
   }
   int64_t step = std::max(stream.cursor, completed_steps_);
@@ -215,9 +194,7 @@ StreamNext StepWindow::NextForStream(
   }
   if (step < planned_steps_) {
     stream.cursor = step + 1;
-    rank.last_sent_step = std::max(rank.last_sent_step, step);
-    rank.last_seen = clock_->Now();
-    liveness_.OnStepSent(stream.rank, step, rank.last_seen);
+    world_.StepSent(stream.rank, step, clock_->Now());
     return Send(window_[step - completed_steps_].updates[stream.rank]);
   }
   if (StreamsDrain()) {
@@ -233,10 +210,10 @@ void StepWindow::CloseStream(int64_t stream_id) {
   absl::MutexLock lock(&mu_);
   auto it = streams_.find(stream_id);
   if (it == streams_.end()) return;
-  RankState& rank = ranks_[it->second.rank];
-  if (rank.stream == stream_id) {
-    rank.stream = 0;
-    liveness_.OnStreamClosed(it->second.rank, clock_->Now());
+  const int rank = it->second.rank;
+  if (rank_streams_[rank] == stream_id) {
+    rank_streams_[rank] = 0;
+    world_.StreamClosed(rank, clock_->Now());
   }
   streams_.erase(it);
 }
@@ -258,8 +235,8 @@ absl::StatusOr<AcceptedTimings> StepWindow::ValidateLocked(
     bool replay) const {
   const int rank = report.rank();
   KnownStep known;
-  known.registered = replay || ranks_[rank].registered;
-  known.epoch = epoch_;
+  known.registered = replay || world_.rank(rank).registered;
+  known.epoch = world_.epoch();
   known.planned_steps = planned_steps_;
   known.completed_steps = completed_steps_;
   if (record != nullptr) {
@@ -288,7 +265,7 @@ bool StepWindow::DiscardsLocked(const v1::TimingReport& report) const {
   const StepRecord* record = KeptLocked(report.step());
   if (record != nullptr) return report.epoch() < record->plan->epoch();
   return report.step() >= 0 && report.step() < completed_steps_ &&
-         report.epoch() < epoch_;
+         report.epoch() < world_.epoch();
 }
 
 absl::StatusOr<bool> StepWindow::CheckTimings(
@@ -318,7 +295,7 @@ absl::StatusOr<RecordedTimings> StepWindow::Record(
   const int rank = report.rank();
   absl::MutexLock lock(&mu_);
   if (DiscardsLocked(report)) {
-    liveness_.OnSeen(rank, clock_->Now());
+    world_.Seen(rank, clock_->Now());
     RecordedTimings discarded;
     discarded.discarded = true;
     discarded.completed_steps = completed_steps_;
@@ -362,20 +339,18 @@ void StepWindow::Accept(StepRecord& record, int rank, int64_t step,
   record.max_busy = std::max(record.max_busy, accepted.busy_seconds);
   record.sync_reported = record.sync_reported || accepted.sync_seconds > 0;
   ++record.reports;
-  RankState& state = ranks_[rank];
-  state.last_reported_step = std::max(state.last_reported_step, step);
-  ++state.reported_steps;
-  state.last_seen = clock_->Now();
-  liveness_.OnReported(rank, step, state.last_seen);
+  const absl::Time now = clock_->Now();
+  world_.Reported(rank, step, now);
+  RankLiveness& liveness = world_.liveness();
   if (record.reports == record.member_count) {
-    liveness_.OnStepComplete(step);
+    liveness.OnStepComplete(step);
   } else if (record.reports == 1) {
     // The ranks still missing now owe the step to the rest of its world;
     // they are named once, at the step's first report.
-    liveness_.OnStepAwaiting(step, MissingRanks(record), state.last_seen);
+    liveness.OnStepAwaiting(step, MissingRanks(record), now);
   } else {
     // The missing ranks are fewer, never others: their clocks restart.
-    liveness_.OnStepReport(step, state.last_seen);
+    liveness.OnStepReport(step, now);
   }
 }
 
@@ -399,9 +374,9 @@ absl::Status StepWindow::CheckProfileSender(int rank, int64_t epoch) {
   RETURN_IF_ERROR(CheckRank(rank, options_.world_size));
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckSender(absl::StrCat("profile of rank ", rank), rank,
-                              ranks_[rank].registered, epoch, epoch_));
-  ranks_[rank].last_seen = clock_->Now();
-  liveness_.OnSeen(rank, ranks_[rank].last_seen);
+                              world_.rank(rank).registered, epoch,
+                              world_.epoch()));
+  world_.Seen(rank, clock_->Now());
   return absl::OkStatus();
 }
 
@@ -423,25 +398,11 @@ bool StepWindow::StreamsDrain() const {
   if (!PlannedAll()) return false;
   // Under shrink a failure may still abandon planned steps, whose samples
   // then need planning again: the job ends when its last step completed.
-  return !(detects_failures() &&
-           options_.on_rank_failure == RankFailurePolicy::kShrink) ||
-         window_.empty();
-}
-
-bool StepWindow::Holding() const {
-  return options_.on_rank_failure == RankFailurePolicy::kHold &&
-         liveness_.failed_ranks() > 0;
-}
-
-std::vector<bool> StepWindow::NextMembers() const {
-  if (options_.on_rank_failure != RankFailurePolicy::kShrink) return members_;
-  std::vector<bool> next(options_.world_size);
-  for (int r = 0; r < options_.world_size; ++r) next[r] = !liveness_.failed(r);
-  return next;
+  return !world_.shrinks() || window_.empty();
 }
 
 bool StepWindow::HasWork() const {
-  return !shutdown_ && !draining_ && planner_error_.ok() && !Holding() &&
+  return !shutdown_ && !draining_ && planner_error_.ok() && !world_.holding() &&
          planned_steps_ < completed_steps_ + options_.lookahead_steps &&
          !PlannedAll();
 }
@@ -449,10 +410,11 @@ bool StepWindow::HasWork() const {
 std::optional<StepToPlan> StepWindow::NextStepToPlan() const {
   absl::MutexLock lock(&mu_);
   if (!HasWork()) return std::nullopt;
-  const std::vector<bool> next = NextMembers();
-  StepToPlan out{planned_steps_, next == members_ ? epoch_ : epoch_ + 1};
+  const std::vector<bool> next = world_.NextMembers();
+  const int64_t epoch = world_.epoch();
+  StepToPlan out{planned_steps_, next == world_.members() ? epoch : epoch + 1};
   out.members = RanksOf(next);
-  out.grows = out.epoch != epoch_;
+  out.grows = out.epoch != epoch;
   if (out.members.empty()) return std::nullopt;  // Every rank failed.
   if (!reserve_.empty()) {
     out.reserve_of = reserve_.front().step;
@@ -540,14 +502,13 @@ bool StepWindow::AddPlannedStep(StepArena plan, const StepToPlan& planned) {
   StepRecord record = MakeRecord(std::move(plan), planned.epoch, members);
   absl::MutexLock lock(&mu_);
   if (!HasWork() || planned.step != planned_steps_) return false;
-  if (planned.epoch != epoch_) {
+  if (planned.epoch != world_.epoch()) {
     // The first step of a new world (a grow; a shrink moved the epoch on
     // already). Only the planning thread moves epochs forward this way.
-    if (planned.epoch != epoch_ + 1) return false;
-    epoch_ = planned.epoch;
-    members_ = members;
+    if (planned.epoch != world_.epoch() + 1) return false;
+    world_.MoveTo(planned.epoch, members);
     epoch_abandoned_from_ = -1;  // A grow abandons nothing.
-  } else if (members != members_) {
+  } else if (members != world_.members()) {
     return false;
   }
   if (planned.reserve_of >= 0) {

@@ -25,6 +25,7 @@
 #include "scheduler/control/control_events.h"
 #include "scheduler/control/rank_liveness.h"
 #include "scheduler/control/report_validation.h"
+#include "scheduler/control/world_membership.h"
 #include "scheduler/planner/cost_model.h"
 
 namespace dcp {
@@ -177,10 +178,12 @@ struct StepToPlan {
   }
 };
 
-/// Registration and the step window: which ranks registered (and from
-/// where), their plan streams and the streams' cursors, the planned steps
-/// kept until every rank reported them, and the drain, stop and shutdown
-/// states that end the streams. Each plan is kept as per-rank RankSteps
+/// The step window: the planned steps kept until every member reported
+/// them, the plan streams and their cursors, what a shrink abandons and
+/// re-serves, and the drain, stop and shutdown states that end the
+/// streams. Who registered (and from where), who is alive and which ranks
+/// the epoch trains on is its `WorldMembership`, kept under the same lock
+/// since a registration, a report or a step sent changes both. Each plan is kept as per-rank RankSteps
 /// (every CommGroup's `rendezvous_prefix` set to
 /// "<session>/e<epoch>/g<r0>-<r1>-...") until its step completes.
 ///
@@ -237,9 +240,8 @@ class StepWindow {
   /// As above, keeping nothing durable.
   std::optional<RankFailureEvent> CheckLiveness() ABSL_LOCKS_EXCLUDED(mu_);
   /// Whether failures are detected, and how often to check.
-  bool detects_failures() const {
-    return options_.rank_timeout > absl::ZeroDuration() ||
-           options_.step_timeout > absl::ZeroDuration();
+  bool detects_failures() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return world_.detects_failures();  // Fixed at construction.
   }
 
   /// See `ControlPlane::OpenStream`; also UNAVAILABLE after `Shutdown`.
@@ -371,18 +373,6 @@ class StepWindow {
     std::vector<bool> members;
     int member_count = 0;
   };
-  struct RankState {
-    bool registered = false;
-    std::string host;
-    int gpu = 0;
-    int64_t pid = 0;
-    /// The open stream of the rank (0 when none).
-    int64_t stream = 0;
-    int64_t last_reported_step = -1;
-    int64_t last_sent_step = -1;
-    int64_t reported_steps = 0;
-    absl::Time last_seen = absl::InfinitePast();
-  };
   struct StreamState {
     int rank = 0;
     int64_t cursor = 0;
@@ -399,23 +389,11 @@ class StepWindow {
   /// The stored form of a plan: prefixes filled and per-rank views cut.
   StepRecord MakeRecord(StepArena plan, int64_t epoch,
                         const std::vector<bool>& members) const;
-  /// The world of the next step: the current one, or under shrink every
-  /// rank not failed.
-  std::vector<bool> NextMembers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the return of failed rank `rank`, registered again, does.
-  RankFailureEvent ReturnEvent(int rank) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Under shrink: abandons the window's steps for a new epoch of the
   /// ranks not failed, once `persist` kept the change; fills `event`.
   void ShrinkLocked(RankFailureEvent& event,
                     absl::FunctionRef<absl::Status(const EpochChange&)> persist)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  /// The members of `world` (indexed by rank), ascending.
-  std::vector<int> RanksOf(const std::vector<bool>& world) const;
-  /// `ranks` (ascending, each in the world) indexed by rank; every rank
-  /// when empty. FAILED_PRECONDITION naming a rank outside the world.
-  absl::StatusOr<std::vector<bool>> WorldOf(
-      const std::vector<int>& ranks) const;
   /// Tells the ranks of `record` (a step of the current epoch) the first
   /// step the shrink that began the epoch abandoned, if any.
   void MarkAbandonedFrom(StepRecord& record) const
@@ -431,7 +409,6 @@ class StepWindow {
   bool PlannedAll() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Whether streams end after the last planned step.
   bool StreamsDrain() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Holding() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   WakeList AllWakes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   /// Ends the open stream of `rank`, if any; returns its wake.
@@ -466,23 +443,22 @@ class StepWindow {
   Clock* const clock_;
 
   mutable absl::Mutex mu_;
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  /// The ranks, their liveness and the epoch's world: the membership half.
+  WorldMembership world_ ABSL_GUARDED_BY(mu_);
   /// Steps planned so far: the next step to plan.
   int64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
   /// Steps in [0, completed_steps_) have been reported by every rank and
   /// dropped; `window_` holds steps [completed_steps_, planned_steps_).
   int64_t completed_steps_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<StepRecord> window_ ABSL_GUARDED_BY(mu_);
-  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  /// The open stream of each rank (0 when none).
+  std::vector<int64_t> rank_streams_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, StreamState> streams_ ABSL_GUARDED_BY(mu_);
   int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status planner_error_ ABSL_GUARDED_BY(mu_);
-  RankLiveness liveness_ ABSL_GUARDED_BY(mu_);
-  /// The current epoch's world, indexed by rank.
-  std::vector<bool> members_ ABSL_GUARDED_BY(mu_);
   /// Abandoned steps not planned again yet, in order; the ranges of step
   /// numbers abandoned; how many steps were, and how many were planned
   /// from `reserve_` (not drawn from the step builder).

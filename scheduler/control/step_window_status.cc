@@ -1,6 +1,8 @@
 // StepWindow's drain, stop and status: how a job ends and what
 // `ControlPlane::Status` reports of the window.
 
+#include <algorithm>
+
 #include "scheduler/control/step_window.h"
 
 namespace dcp {
@@ -53,7 +55,7 @@ void StepWindow::Shutdown() {
             absl::UnavailableError("the scheduler is shutting down");
       }
     }
-    for (RankState& rank : ranks_) rank.stream = 0;
+    std::fill(rank_streams_.begin(), rank_streams_.end(), 0);
     wakes = AllWakes();
   }
   CallAll(wakes);
@@ -68,39 +70,18 @@ void StepWindow::FillStatus(v1::StatusResponse* out) const {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   out->set_session_id(options_.session_id);
-  out->set_epoch(epoch_);
   out->set_world_size(options_.world_size);
   out->set_model(options_.model_name);
   out->set_planned_steps(planned_steps_);
   out->set_completed_steps(completed_steps_ - abandoned_steps_);
   out->set_draining(draining_ || PlannedAll());
-  out->set_live_ranks(liveness_.live_ranks());
-  out->set_rank_failures(liveness_.failures());
-  if (detects_failures()) {
-    out->set_on_rank_failure(
-        std::string(RankFailurePolicyName(options_.on_rank_failure)));
-  }
-  out->set_holding(Holding());
   out->set_abandoned_steps(abandoned_steps_);
-  out->set_epoch_world_size(
-      static_cast<int32_t>(std::count(members_.begin(), members_.end(), true)));
+  const int first = out->ranks_size();
+  world_.FillStatus(now, out);
   for (int r = 0; r < options_.world_size; ++r) {
-    const RankState& state = ranks_[r];
-    v1::RankStatus* rank = out->add_ranks();
-    rank->set_rank(r);
-    rank->set_host(state.host);
-    rank->set_connected(state.stream != 0);
-    rank->set_last_reported_step(state.last_reported_step);
-    rank->set_last_sent_step(state.last_sent_step);
-    rank->set_lag_steps(planned_steps_ - state.reported_steps);
-    rank->set_gpu(state.gpu);
-    rank->set_pid(state.pid);
-    rank->set_registered(state.registered);
-    rank->set_failed(liveness_.failed(r));
-    rank->set_member(members_[r]);
-    if (state.registered) {
-      rank->set_idle_seconds(absl::ToDoubleSeconds(now - state.last_seen));
-    }
+    v1::RankStatus* rank = out->mutable_ranks(first + r);
+    rank->set_connected(rank_streams_[r] != 0);
+    rank->set_lag_steps(planned_steps_ - world_.rank(r).reported_steps);
   }
   out->set_stopping(stop_requested_);
   if (!planner_error_.ok()) {

@@ -1,6 +1,7 @@
-// StepWindow's world: which ranks an epoch trains on, what a shrink
-// abandons and re-serves, liveness checks, and the restore of all of it
-// after a restart. The rest of the class is in step_window.cc.
+// StepWindow's changes of world: what a shrink abandons and re-serves, the
+// liveness check that starts one, and the restore of the window after a
+// restart. Who is in the world is its WorldMembership's
+// (world_membership.h); the rest of the class is in step_window.cc.
 #include <algorithm>
 #include <utility>
 
@@ -27,30 +28,12 @@ bool StepWindow::AbandonedLocked(int64_t step) const {
   return false;
 }
 
-std::vector<int> StepWindow::RanksOf(const std::vector<bool>& world) const {
-  std::vector<int> ranks;
-  for (int r = 0; r < options_.world_size; ++r) {
-    if (world[r]) ranks.push_back(r);
-  }
-  return ranks;
-}
-
-absl::StatusOr<std::vector<bool>> StepWindow::WorldOf(
-    const std::vector<int>& ranks) const {
-  std::vector<bool> world(options_.world_size, ranks.empty());
-  for (int r : ranks) {
-    RETURN_IF_ERROR(CheckRank(r, options_.world_size));
-    world[r] = true;
-  }
-  return world;
-}
-
 void StepWindow::ShrinkLocked(
     RankFailureEvent& event,
     absl::FunctionRef<absl::Status(const EpochChange&)> persist) {
-  const std::vector<bool> next = NextMembers();
+  const std::vector<bool> next = world_.NextMembers();
   if (std::count(next.begin(), next.end(), true) == 0) return;
-  EpochChange change{epoch_ + 1, RanksOf(next), completed_steps_,
+  EpochChange change{world_.epoch() + 1, RanksOf(next), completed_steps_,
                      planned_steps_, {}};
   for (const StepRecord& record : window_) {
     change.reserve.push_back(
@@ -65,8 +48,7 @@ void StepWindow::ShrinkLocked(
     event.reserved_samples = 0;
     return;
   }
-  epoch_ = change.epoch;
-  members_ = next;
+  world_.MoveTo(change.epoch, next);
   event.abandoned_from = completed_steps_;
   event.abandoned_to = planned_steps_;
   for (ReservedStep& step : change.reserve) {
@@ -78,7 +60,7 @@ void StepWindow::ShrinkLocked(
     abandoned_ranges_.emplace_back(completed_steps_, planned_steps_);
   }
   abandoned_steps_ += planned_steps_ - completed_steps_;
-  liveness_.ForgetAwaited();  // Nothing abandoned is owed any more.
+  world_.liveness().ForgetAwaited();  // Nothing abandoned is owed any more.
   window_.clear();
   completed_steps_ = planned_steps_;
 }
@@ -94,33 +76,31 @@ std::optional<RankFailureEvent> StepWindow::CheckLiveness(
   RankFailureEvent event;
   {
     absl::MutexLock lock(&mu_);
-    event.failed = liveness_.Check(clock_->Now());
+    event = world_.DeclareFailed(clock_->Now());
     if (event.failed.empty()) return std::nullopt;
-    event.policy = std::string(RankFailurePolicyName(options_.on_rank_failure));
-    for (int rank : event.failed) {
-      event.reasons.push_back(liveness_.FailureReason(rank));
+    for (size_t i = 0; i < event.failed.size(); ++i) {
       // A hung rank's stream is ended, so that when it wakes up it
       // registers again and is admitted like any returning rank.
       wakes.push_back(CloseRankStream(
-          rank, absl::UnavailableError(absl::StrCat(
-                    event.reasons.back(), ": declared failed under ",
-                    event.policy, "; register again to rejoin"))));
+          event.failed[i], absl::UnavailableError(absl::StrCat(
+                               event.reasons[i], ": declared failed under ",
+                               event.policy, "; register again to rejoin"))));
     }
     if (options_.on_rank_failure == RankFailurePolicy::kShrink) {
       ShrinkLocked(event, persist);
       wakes = AllWakes();
     }
-    event.holding = Holding();
-    event.epoch = epoch_;
-    event.members = RanksOf(members_);
-    event.live_ranks = liveness_.live_ranks();
+    event.holding = world_.holding();
+    event.epoch = world_.epoch();
+    event.members = RanksOf(world_.members());
+    event.live_ranks = world_.liveness().live_ranks();
   }
   CallAll(wakes);
   return event;
 }
 
 absl::Status StepWindow::Restore(RestoredWindow restored) {
-  ASSIGN_OR_RETURN(std::vector<bool> members, WorldOf(restored.members));
+  ASSIGN_OR_RETURN(std::vector<bool> members, WorldOf(restored.members, options_.world_size));
   std::deque<StepRecord> records;
   for (size_t i = 0; i < restored.steps.size(); ++i) {
     RestoredWindow::Kept& kept = restored.steps[i];
@@ -129,7 +109,7 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
       return absl::FailedPreconditionError(absl::StrCat(
           "restoring step ", step, " from the plan of step ", kept.plan.step()));
     }
-    ASSIGN_OR_RETURN(std::vector<bool> world, WorldOf(kept.members));
+    ASSIGN_OR_RETURN(std::vector<bool> world, WorldOf(kept.members, options_.world_size));
     const int64_t plan_epoch = kept.plan.epoch();
     records.push_back(MakeRecord(StepArena::Of(kept.plan), plan_epoch, world));
   }
@@ -141,17 +121,9 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
   completed_steps_ = restored.completed_steps;
   planned_steps_ = completed_steps_ + static_cast<int64_t>(records.size());
   window_ = std::move(records);
-  epoch_ = restored.epoch;
-  members_ = std::move(members);
   // A job under way owes its members' registrations from the restart on.
-  const absl::Time restarted = clock_->Now();
-  for (int r = 0; r < options_.world_size; ++r) {
-    if (!members_[r]) {
-      liveness_.RestoreFailed(r);
-    } else if (planned_steps_ > 0) {
-      liveness_.OnRestarted(r, restarted);
-    }
-  }
+  world_.Restore(restored.epoch, std::move(members), planned_steps_ > 0,
+                 clock_->Now());
   reserve_ = std::move(restored.reserve);
   abandoned_ranges_ = std::move(restored.abandoned);
   abandoned_steps_ = 0;
@@ -159,7 +131,7 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
   reserved_planned_ = restored.reserved_planned;
   epoch_abandoned_from_ = restored.epoch_abandoned_from;
   for (StepRecord& record : window_) {
-    if (record.plan->epoch() == epoch_) MarkAbandonedFrom(record);
+    if (record.plan->epoch() == world_.epoch()) MarkAbandonedFrom(record);
   }
   return absl::OkStatus();
 }
