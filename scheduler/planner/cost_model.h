@@ -126,24 +126,29 @@ class CostModel {
   const ModelSpec& model() const { return model_; }
   const Coefficients& coefficients() const { return c_; }
 
-  /// Re-estimates the time coefficients from observations: twelve terms in
-  /// which a task's time is linear, lin, lin * gemm_half, attn, the four
-  /// all-to-all terms, the four ring terms and fixed (of attention and the
-  /// ring, only the one this model predicts to be longer is linear in a
-  /// task's time; the other's features are zero for it) (so the shape of the GEMM efficiency curve
-  /// is learned with its scale: a prior from another GPU has another
-  /// half-efficiency token count). attn_half, the memory terms and the
-  /// gradient sync stay (`FitSync` learns the latter). With n observations
+  /// Re-estimates the time coefficients from observations: thirteen terms
+  /// in which a task's time is linear, lin, lin * gemm_half, attn,
+  /// attn * attn_half, the four all-to-all terms, the four ring terms and
+  /// fixed (of attention and the ring, only the one this model predicts to
+  /// be longer is linear in a task's time; the other's features are zero
+  /// for it). So the shapes of the GEMM and attention efficiency curves are
+  /// learned with their scales: a prior from another GPU has other
+  /// half-efficiency token counts. attn * attn_half is fitted only when an
+  /// observation holds a ring (without one it is all but collinear with
+  /// the linear term) or this model has no attention half (a CPU's sheet).
+  /// The memory terms and the gradient sync stay (`FitSync` learns the
+  /// latter). With n observations
   /// and w = `prior_weight`:
   ///   1. one common scale s = exp(n * median_i log(measured_i /
   ///      predicted_i) / (n + w)), the median shrunk by w pseudo-observations;
   ///   2. coefficient_j = s * current_j * (1 + delta_j), with delta
   ///      minimising the sum of relative errors plus w pseudo-observations a
-  ///      coefficient, each erring by that coefficient's delta_j:
+  ///      coefficient, each erring by that coefficient's change as a factor:
   ///        sum_i |predicted_i - measured_i| / measured_i
-  ///          + w * sum_j |delta_j|,    subject to delta_j >= -0.95,
+  ///          + w * sum_j |log(1 + delta_j)|,    subject to delta_j >= -0.95,
   ///      approximately, by iteratively reweighted least squares (weights
-  ///      1 / max(|residual|, 1e-6); at most 30 rounds, until one no longer
+  ///      1 / max(|residual|, 1e-6), and |log(1 + delta)| / delta^2 a
+  ///      coefficient; at most 30 rounds, until one no longer
   ///      lowers the objective; the best round kept). Absolute values, not
   ///      squares, so that a few stalled tasks pull the fit little. In each
   ///      round a coefficient that would fall below 5% of s * current_j is

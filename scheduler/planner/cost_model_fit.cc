@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,12 +24,15 @@ namespace {
 //   lin * (3 + r) * (t + gemm_half) = lin * (3 + r) * t
 //                                     + (lin * gemm_half) * (3 + r),
 // so a fit learns the shape of the GEMM efficiency curve, not only its
-// scale. Attention's half stays: attn * attn_half multiplies
-// (3.5 + r) * sum_i s_i / p, the tokens of the task per GPU, which is all
-// but collinear with the linear term, and the two would trade off freely.
-constexpr int kNumTimeCoefficients = 12;
+// scale. Attention's half enters the same way, as attn * attn_half, which
+// multiplies (3.5 + r) * c * tokens / p for a ring of c chunks: what
+// cutting a sequence into a ring's chunks costs its attention. Without a
+// ring (c = 1) that is all but collinear with the linear term, and the two
+// would trade off freely, so it is fitted only from observations that hold
+// a ring, or where the model has no half at all (`BuildRelativeSystem`).
+constexpr int kNumTimeCoefficients = 13;
 constexpr int kLin = 0, kLinHalf = 1, kAttn = 2, kRingFirst = 7,
-              kRingEnd = 11;
+              kRingEnd = 11, kAttnHalf = 12;
 using TimeVector = std::array<double, kNumTimeCoefficients>;
 
 TimeVector TimeValues(const CostModel::Coefficients& c) {
@@ -43,15 +47,17 @@ TimeVector TimeValues(const CostModel::Coefficients& c) {
           c.ring_fixed_intra,
           c.ring_byte_inter,
           c.ring_fixed_inter,
-          c.fixed};
+          c.fixed,
+          c.attn * c.attn_half};
 }
 
-// The inverse of `TimeValues`; gemm_half keeps its value when lin is 0
-// (it does not matter then).
+// The inverse of `TimeValues`; gemm_half (attn_half) keeps its value when
+// lin (attn) is 0: it does not matter then.
 void SetTimeValues(const TimeVector& v, CostModel::Coefficients& c) {
   c.lin = v[kLin];
   if (v[kLin] > 0) c.gemm_half = v[kLinHalf] / v[kLin];
   c.attn = v[kAttn];
+  if (v[kAttn] > 0) c.attn_half = v[kAttnHalf] / v[kAttn];
   c.a2a_byte_intra = v[3];
   c.a2a_fixed_intra = v[4];
   c.a2a_byte_inter = v[5];
@@ -64,13 +70,15 @@ void SetTimeValues(const TimeVector& v, CostModel::Coefficients& c) {
 }
 
 // The coefficients of a model whose time is the j-th term alone times one
-// unit, except for the half-token product (j = kLinHalf), whose model is
-// lin = 1 with a half of 1: the caller subtracts the lin term from its time.
+// unit, except for the half-token products (j = kLinHalf, kAttnHalf),
+// whose model is lin = 1 (attn = 1) with a half of 1: the caller subtracts
+// the lin (attn) term from its time.
 CostModel::Coefficients UnitCoefficients(CostModel::Coefficients c, int j) {
   TimeVector unit{};
-  unit[j == kLinHalf ? kLin : j] = 1;
+  unit[j == kLinHalf ? kLin : j == kAttnHalf ? kAttn : j] = 1;
   SetTimeValues(unit, c);
   c.gemm_half = j == kLinHalf ? 1 : 0;
+  c.attn_half = j == kAttnHalf ? 1 : 0;
   return c;
 }
 
@@ -81,6 +89,8 @@ constexpr double kDeltaFloor = -0.95;
 // keeps the weighted systems well posed once residuals reach zero.
 constexpr double kResidualFloor = 1e-6;
 constexpr int kMaxReweightings = 30;
+// The attention half (tokens) a fit starts from when the model has none.
+constexpr double kAttnHalfFloor = 16;
 
 absl::Status ValidateObservations(
     absl::Span<const TaskObservation> observations) {
@@ -123,12 +133,21 @@ struct RelativeSystem {
   }
 };
 
-// sum_i |r_i| + prior_weight * sum_j |delta_j|: what the fit minimises.
+// What a coefficient's relative change `delta` costs against the prior, in
+// pseudo-observations of relative error: |log(1 + delta)|, the change as a
+// factor either way. A relative error cannot pass 1 when a task runs
+// slower than predicted, so a penalty linear in delta would keep a
+// coefficient the prior has 20x too small at the prior against any number
+// of observations; in log space it costs log(20) = 3.
+double PriorCost(double delta) { return std::abs(std::log1p(delta)); }
+
+// sum_i |r_i| + prior_weight * sum_j PriorCost(delta_j): what the fit
+// minimises.
 double Objective(const RelativeSystem& s, const TimeVector& delta,
                  double prior_weight) {
   double sum = 0;
   for (size_t i = 0; i < s.b.size(); ++i) sum += std::abs(s.Residual(i, delta));
-  for (double d : delta) sum += prior_weight * std::abs(d);
+  for (double d : delta) sum += prior_weight * PriorCost(d);
   return sum;
 }
 
@@ -214,9 +233,10 @@ bool SolveWeightedAboveFloor(const RelativeSystem& s,
 }
 
 // Iteratively reweighted least squares for `Objective`: each round solves
-// the weighted problem with w_i = 1 / |r_i| and v_j = prior_weight /
-// |delta_j| from the previous round (the first is plain ridge least
-// squares), so its quadratic matches the absolute values at that point.
+// the weighted problem with w_i = 1 / |r_i| and v_j = prior_weight *
+// PriorCost(delta_j) / delta_j^2 from the previous round (the first is
+// plain ridge least squares), so its quadratic matches the objective's
+// terms at that point.
 // Stops when a round no longer lowers the objective; returns the deltas of
 // the lowest objective seen (delta = 0 included).
 TimeVector MinimiseRelativeError(const RelativeSystem& s, double prior_weight) {
@@ -240,16 +260,40 @@ TimeVector MinimiseRelativeError(const RelativeSystem& s, double prior_weight) {
       w[i] = 1 / std::max(std::abs(s.Residual(i, delta)), kResidualFloor);
     }
     for (int j = 0; j < kNumTimeCoefficients; ++j) {
-      v[j] = prior_weight / std::max(std::abs(delta[j]), kResidualFloor);
+      v[j] = prior_weight *
+             std::max(PriorCost(delta[j]), kResidualFloor) /
+             std::max(delta[j] * delta[j], kResidualFloor * kResidualFloor);
     }
   }
   return best;
 }
 
+// Whether `model` predicts each task's ring to outlast its attention (then
+// the ring's terms, else attention's, are in the task's time).
+std::vector<bool> RingLonger(const CostModel& model,
+                             absl::Span<const TaskObservation> observations) {
+  std::vector<bool> longer;
+  longer.reserve(observations.size());
+  for (const TaskObservation& o : observations) {
+    double tokens = 0, units = 0;
+    for (int64_t s : o.lengths) {
+      tokens += static_cast<double>(s);
+      units += model.AttentionUnits(static_cast<double>(s));
+    }
+    double attention = 0, ring = 0;
+    model.AttentionAndRing(o.group_size, o.intra_node, tokens, units,
+                           o.recompute, o.ulysses, &attention, &ring);
+    longer.push_back(ring > attention);
+  }
+  return longer;
+}
+
 // Task i's seconds per unit of each time coefficient of `model`: what a
-// model with that coefficient 1 and the others 0 predicts.
+// model with that coefficient 1 and the others 0 predicts, with attention's
+// or the ring's terms as `ring_longer` says.
 std::vector<TimeVector> TimeFeatures(
-    const CostModel& model, absl::Span<const TaskObservation> observations) {
+    const CostModel& model, absl::Span<const TaskObservation> observations,
+    const std::vector<bool>& ring_longer) {
   std::vector<TimeVector> features(observations.size());
   for (int j = 0; j < kNumTimeCoefficients; ++j) {
     const CostModel m(UnitCoefficients(model.coefficients(), j), model.model(),
@@ -260,22 +304,15 @@ std::vector<TimeVector> TimeFeatures(
           m.TaskSeconds(o.group_size, o.intra_node, o.lengths, o.recompute,
                         o.ulysses);
       if (j == kLinHalf) features[i][j] -= features[i][kLin];
+      if (j == kAttnHalf) features[i][j] -= features[i][kAttn];
     }
   }
   // Of attention and the ring only the longer adds to a task's time: the
-  // other's features are zero for it, as `model` sees the task.
+  // other's features are zero for it.
   for (size_t i = 0; i < observations.size(); ++i) {
-    const TaskObservation& o = observations[i];
-    double tokens = 0, units = 0;
-    for (int64_t s : o.lengths) {
-      tokens += static_cast<double>(s);
-      units += model.AttentionUnits(static_cast<double>(s));
-    }
-    double attention = 0, ring = 0;
-    model.AttentionAndRing(o.group_size, o.intra_node, tokens, units,
-                           o.recompute, o.ulysses, &attention, &ring);
-    if (ring > attention) {
+    if (ring_longer[i]) {
       features[i][kAttn] = 0;
+      features[i][kAttnHalf] = 0;
     } else {
       for (int j = kRingFirst; j < kRingEnd; ++j) features[i][j] = 0;
     }
@@ -312,12 +349,33 @@ double CommonScale(const CostModel& model,
 // The fit's residuals around `model`'s coefficients times `CommonScale`.
 RelativeSystem BuildRelativeSystem(
     const CostModel& model, absl::Span<const TaskObservation> observations,
-    double prior_weight) {
+    const std::vector<bool>& ring_longer, double prior_weight) {
   const double scale = CommonScale(model, observations, prior_weight);
   const TimeVector current = TimeValues(model.coefficients());
   RelativeSystem s;
   for (int j = 0; j < kNumTimeCoefficients; ++j) s.base[j] = scale * current[j];
-  const std::vector<TimeVector> features = TimeFeatures(model, observations);
+  std::vector<TimeVector> features =
+      TimeFeatures(model, observations, ring_longer);
+  const bool rings = std::any_of(
+      observations.begin(), observations.end(), [](const TaskObservation& o) {
+        return o.group_size / (o.ulysses > 0 ? o.ulysses : o.group_size) > 1;
+      });
+  const bool no_half = !(model.coefficients().attn_half > 0);
+  if (!rings && !no_half) {
+    // The half stays as it is, a part of attention's term.
+    const double half = model.coefficients().attn_half;
+    for (TimeVector& f : features) {
+      f[kAttn] += half * f[kAttnHalf];
+      f[kAttnHalf] = 0;
+    }
+  } else if (no_half) {
+    // A sheet without an attention half (a CPU's) has the wrong shape for
+    // any accelerator, so its half is learnt even without a ring, where the
+    // recompute ratio alone tells it from the linear term. A relative fit
+    // cannot move a coefficient from zero: it starts from kAttnHalfFloor
+    // tokens.
+    s.base[kAttnHalf] = s.base[kAttn] * kAttnHalfFloor;
+  }
   for (size_t i = 0; i < observations.size(); ++i) {
     TimeVector& a = s.a.emplace_back();
     double b = 1;
@@ -339,8 +397,8 @@ absl::StatusOr<CostModel> CostModel::Fit(
         "prior_weight must be positive and finite");
   }
   RETURN_IF_ERROR(ValidateObservations(observations));
-  const RelativeSystem s =
-      BuildRelativeSystem(*this, observations, prior_weight);
+  const RelativeSystem s = BuildRelativeSystem(
+      *this, observations, RingLonger(*this, observations), prior_weight);
   const TimeVector delta = MinimiseRelativeError(s, prior_weight);
   Coefficients c = c_;
   TimeVector fitted_values;

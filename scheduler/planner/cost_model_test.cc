@@ -175,6 +175,44 @@ TEST(CostModelTest, FitLearnsTheRingsTermsFromRingTasks) {
   EXPECT_LT(fitted->MeanRelativeError(test), 0.01) << "before " << before;
 }
 
+TEST(CostModelTest, FitLearnsTheAttentionHalfFromRingTasks) {
+  // The sheet's half-efficiency attention length is a quarter of the
+  // truth's: a ring's chunks cost more attention than it predicts.
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel truth = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = truth.coefficients();
+  ASSERT_GT(c.attn_half, 0);
+  c.attn_half /= 4;
+  CostModel sheet(c, m, truth.memory_cap(), 8);
+  std::vector<TaskObservation> train = Observe(truth, 600, 5, true);
+  std::vector<TaskObservation> test = Observe(truth, 300, 6, true);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(train, /*prior_weight=*/1e-3);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_NEAR(fitted->coefficients().attn_half / truth.coefficients().attn_half,
+              1.0, 0.1);
+  EXPECT_LT(fitted->MeanRelativeError(test),
+            sheet.MeanRelativeError(test) / 4);
+}
+
+TEST(CostModelTest, FitGivesASheetWithoutAnAttentionHalfOne) {
+  // A CPU's sheet has no attention half; on tasks without a ring the half
+  // is told from the linear term only by the recompute ratio, and the fit
+  // still finds one.
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  CostModel truth = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  CostModel::Coefficients c = truth.coefficients();
+  c.attn_half = 0;
+  CostModel sheet(c, m, truth.memory_cap(), 8);
+  std::vector<TaskObservation> train = Observe(truth, 600, 7);
+  std::vector<TaskObservation> test = Observe(truth, 300, 8);
+  absl::StatusOr<CostModel> fitted = sheet.Fit(train, /*prior_weight=*/1e-3);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_GT(fitted->coefficients().attn_half, 0);
+  EXPECT_LT(fitted->MeanRelativeError(test), sheet.MeanRelativeError(test) / 4)
+      << "the sheet errs by " << sheet.MeanRelativeError(test);
+  EXPECT_LT(fitted->MeanRelativeError(test), 0.02);
+}
+
 TEST(CostModelTest, FitRejectsAUlyssesDegreeNotDividingTheGroup) {
   ModelSpec m = *BuiltinModel("llama3-8b");
   CostModel sheet = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
