@@ -26,9 +26,9 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/scheduler_service.grpc.pb.h"
+#include "scheduler/delivery/delivery_stats.h"
+#include "scheduler/delivery/simulated_agent.h"
 #include "scheduler/planner/cost_model.h"
-#include "scheduler/server/delivery_stats.h"
-#include "scheduler/server/simulated_agent.h"
 #include "tests/child_process.h"
 
 namespace dcp::load {

@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 
 // The load test's run: the real dcp-scheduler binary as a child process on
-// 127.0.0.1:0 and N simulated agents (scheduler/server/simulated_agent.h) in
+// 127.0.0.1:0 and N simulated agents (scheduler/delivery/simulated_agent.h) in
 // this process, over a few loopback gRPC channels, at a paced step rate;
 // what both ends counted, and the scheduler's memory and CPU over time.
 namespace dcp::load {

@@ -1,6 +1,6 @@
 // //scheduler:load_test: the real dcp-scheduler binary (a child process on
 // 127.0.0.1:0) and 4,096 simulated agents in this process
-// (scheduler/server/simulated_agent.h: each a StreamPlans and a
+// (scheduler/delivery/simulated_agent.h: each a StreamPlans and a
 // StreamReports stream, the streams multiplexed over --channels HTTP/2
 // connections, driven by --client_threads completion-queue threads), at a
 // paced rate: every agent computes each step for --step_ms, so the job runs
@@ -38,7 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "scheduler/server/delivery_stats.h"
+#include "scheduler/delivery/delivery_stats.h"
 #include "tests/child_process.h"
 #include "tests/load_run.h"
 

@@ -39,6 +39,10 @@ rules=(
   "$(delivered '//...')"
   "//tests/..."
   "nothing but tests depends on tests/"
+
+  "$(delivered '//... except //scheduler/delivery/...')"
+  "//scheduler/delivery/..."
+  "nothing delivered depends on the plan-delivery benchmark (scheduler/delivery): it may use the control plane and the server, not the other way round"
 )
 
 # Every package with C++ code, and the other packages its libraries and

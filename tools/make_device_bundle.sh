@@ -35,7 +35,7 @@ KERNEL_TARGETS=(
 TARGETS=(
   "nccl_test //comm:nccl_communicator_gpu_test"
   "planner //scheduler/eval:dcp-plan"
-  "delivery_benchmark //scheduler/server:plan_delivery_benchmark"
+  "delivery_benchmark //scheduler/delivery:plan_delivery_benchmark"
 )
 
 # Sonames a base system (or the GPU driver) provides: never bundled.

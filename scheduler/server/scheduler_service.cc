@@ -368,7 +368,7 @@ int FanOutThreads(const SchedulerServiceOptions& options) {
   if (options.fanout_threads >= 0) return options.fanout_threads;
   // Auto: a pool only where it has cores to run on. On small hosts the pool
   // competes with the gRPC threads for the same cores and measured worse
-  // (scheduler/server/plan_delivery_benchmark.cc on 2 cores).
+  // (scheduler/delivery/plan_delivery_benchmark_main.cc on 2 cores).
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   return cores >= 8 ? std::min(8, cores / 4) : 0;
 }

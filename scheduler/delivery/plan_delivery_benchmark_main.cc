@@ -3,7 +3,7 @@
 // scheduler sustains, with N simulated agents on loopback. The goal:
 // step-delivery p99 under 5 ms at 1,024 agents, at least 10 steps/s.
 //
-//   bazel run -c opt //scheduler/server:plan_delivery_benchmark --
+//   bazel run -c opt //scheduler/delivery:plan_delivery_benchmark --
 //     --agents=256,1024 --steps=100 [--step_ms=100] [--channels=8]
 //     [--fanout_threads=-1] [--ranks_per_stream=8]
 //
@@ -94,9 +94,9 @@
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "scheduler/cli/job_config.h"
-#include "scheduler/server/delivery_relays.h"
-#include "scheduler/server/delivery_row.h"
-#include "scheduler/server/delivery_stats.h"
+#include "scheduler/delivery/delivery_relays.h"
+#include "scheduler/delivery/delivery_row.h"
+#include "scheduler/delivery/delivery_stats.h"
 
 ABSL_FLAG(std::vector<std::string>, agents,
           std::vector<std::string>({"256", "1024"}),

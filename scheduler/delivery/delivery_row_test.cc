@@ -1,7 +1,7 @@
 // A benchmark row whose scheduler is the real dcp-scheduler binary, a child
 // process: its delivery latencies come from each step's planned_at_unix_micros.
 
-#include "scheduler/server/delivery_row.h"
+#include "scheduler/delivery/delivery_row.h"
 
 #include <cstdint>
 #include <vector>

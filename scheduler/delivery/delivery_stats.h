@@ -1,5 +1,5 @@
-#ifndef DCP_SCHEDULER_SERVER_DELIVERY_STATS_H_
-#define DCP_SCHEDULER_SERVER_DELIVERY_STATS_H_
+#ifndef DCP_SCHEDULER_DELIVERY_DELIVERY_STATS_H_
+#define DCP_SCHEDULER_DELIVERY_DELIVERY_STATS_H_
 
 #include <sys/types.h>
 
@@ -60,4 +60,4 @@ double Percentile(std::vector<double> values, double q);
 
 }  // namespace dcp::plan_delivery
 
-#endif  // DCP_SCHEDULER_SERVER_DELIVERY_STATS_H_
+#endif  // DCP_SCHEDULER_DELIVERY_DELIVERY_STATS_H_

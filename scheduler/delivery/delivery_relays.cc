@@ -1,4 +1,4 @@
-#include "scheduler/server/delivery_relays.h"
+#include "scheduler/delivery/delivery_relays.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "scheduler/server/delivery_processes.h"
-#include "scheduler/server/delivery_stats.h"
+#include "scheduler/delivery/delivery_processes.h"
+#include "scheduler/delivery/delivery_stats.h"
 
 namespace dcp::plan_delivery {
 

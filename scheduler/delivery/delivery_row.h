@@ -1,5 +1,5 @@
-#ifndef DCP_SCHEDULER_SERVER_DELIVERY_ROW_H_
-#define DCP_SCHEDULER_SERVER_DELIVERY_ROW_H_
+#ifndef DCP_SCHEDULER_DELIVERY_DELIVERY_ROW_H_
+#define DCP_SCHEDULER_DELIVERY_DELIVERY_ROW_H_
 
 #include <cstdint>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
-#include "scheduler/server/delivery_relays.h"
+#include "scheduler/delivery/delivery_relays.h"
 
 // One row of the plan-delivery benchmark: a scheduler and its simulated
 // agents run to the end, and what was measured.
@@ -110,4 +110,4 @@ absl::StatusOr<RowResult> RunRow(const RowConfig& config);
 
 }  // namespace dcp::plan_delivery
 
-#endif  // DCP_SCHEDULER_SERVER_DELIVERY_ROW_H_
+#endif  // DCP_SCHEDULER_DELIVERY_DELIVERY_ROW_H_

@@ -1,4 +1,4 @@
-#include "scheduler/server/planned_step_log.h"
+#include "scheduler/delivery/planned_step_log.h"
 
 #include <algorithm>
 #include <optional>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "scheduler/server/delivery_stats.h"
+#include "scheduler/delivery/delivery_stats.h"
 
 namespace dcp::plan_delivery {
 

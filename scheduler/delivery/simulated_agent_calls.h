@@ -1,5 +1,5 @@
-#ifndef DCP_SCHEDULER_SERVER_SIMULATED_AGENT_CALLS_H_
-#define DCP_SCHEDULER_SERVER_SIMULATED_AGENT_CALLS_H_
+#ifndef DCP_SCHEDULER_DELIVERY_SIMULATED_AGENT_CALLS_H_
+#define DCP_SCHEDULER_DELIVERY_SIMULATED_AGENT_CALLS_H_
 
 // What the simulated agent library's files share (simulated_agent.cc: the
 // stubs, the registration, the queue threads and the fleet;
@@ -18,7 +18,7 @@
 #include "grpcpp/completion_queue.h"
 #include "grpcpp/support/async_stream.h"
 #include "proto/scheduler_service.grpc.pb.h"
-#include "scheduler/server/simulated_agent.h"
+#include "scheduler/delivery/simulated_agent.h"
 
 namespace dcp::plan_delivery {
 
@@ -165,4 +165,4 @@ std::unique_ptr<SimulatedAgent> MakeNodeAgent(std::vector<int> ranks,
 
 }  // namespace dcp::plan_delivery
 
-#endif  // DCP_SCHEDULER_SERVER_SIMULATED_AGENT_CALLS_H_
+#endif  // DCP_SCHEDULER_DELIVERY_SIMULATED_AGENT_CALLS_H_

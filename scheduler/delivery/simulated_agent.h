@@ -1,5 +1,5 @@
-#ifndef DCP_SCHEDULER_SERVER_SIMULATED_AGENT_H_
-#define DCP_SCHEDULER_SERVER_SIMULATED_AGENT_H_
+#ifndef DCP_SCHEDULER_DELIVERY_SIMULATED_AGENT_H_
+#define DCP_SCHEDULER_DELIVERY_SIMULATED_AGENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -169,4 +169,4 @@ class AgentFleet {
 
 }  // namespace dcp::plan_delivery
 
-#endif  // DCP_SCHEDULER_SERVER_SIMULATED_AGENT_H_
+#endif  // DCP_SCHEDULER_DELIVERY_SIMULATED_AGENT_H_

@@ -3,7 +3,7 @@
 // and the fleet that lays the agents out on them. The agents themselves are
 // in simulated_agent_members.cc.
 
-#include "scheduler/server/simulated_agent.h"
+#include "scheduler/delivery/simulated_agent.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -21,7 +21,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "scheduler/server/simulated_agent_calls.h"
+#include "scheduler/delivery/simulated_agent_calls.h"
 
 namespace dcp::plan_delivery {
 

@@ -1,4 +1,4 @@
-#include "scheduler/server/delivery_stats.h"
+#include "scheduler/delivery/delivery_stats.h"
 
 #include <sys/resource.h>
 #include <time.h>

@@ -1,4 +1,4 @@
-#include "scheduler/server/delivery_processes.h"
+#include "scheduler/delivery/delivery_processes.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,7 +24,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "scheduler/server/delivery_stats.h"
+#include "scheduler/delivery/delivery_stats.h"
 
 extern char** environ;
 

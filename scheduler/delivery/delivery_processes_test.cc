@@ -1,4 +1,4 @@
-#include "scheduler/server/delivery_processes.h"
+#include "scheduler/delivery/delivery_processes.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

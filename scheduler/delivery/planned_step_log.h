@@ -1,5 +1,5 @@
-#ifndef DCP_SCHEDULER_SERVER_PLANNED_STEP_LOG_H_
-#define DCP_SCHEDULER_SERVER_PLANNED_STEP_LOG_H_
+#ifndef DCP_SCHEDULER_DELIVERY_PLANNED_STEP_LOG_H_
+#define DCP_SCHEDULER_DELIVERY_PLANNED_STEP_LOG_H_
 
 #include <cstdint>
 #include <optional>
@@ -79,4 +79,4 @@ class StepLog {
 
 }  // namespace dcp::plan_delivery
 
-#endif  // DCP_SCHEDULER_SERVER_PLANNED_STEP_LOG_H_
+#endif  // DCP_SCHEDULER_DELIVERY_PLANNED_STEP_LOG_H_

@@ -20,8 +20,8 @@
 #include "grpcpp/support/async_stream.h"
 #include "grpcpp/support/async_unary_call.h"
 #include "proto/timing_report.h"
-#include "scheduler/server/simulated_agent.h"
-#include "scheduler/server/simulated_agent_calls.h"
+#include "scheduler/delivery/simulated_agent.h"
+#include "scheduler/delivery/simulated_agent_calls.h"
 
 namespace dcp::plan_delivery {
 

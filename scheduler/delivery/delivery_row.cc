@@ -1,4 +1,4 @@
-#include "scheduler/server/delivery_row.h"
+#include "scheduler/delivery/delivery_row.h"
 
 #include <sys/resource.h>
 
@@ -22,12 +22,12 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control/control_plane.h"
+#include "scheduler/delivery/delivery_processes.h"
+#include "scheduler/delivery/delivery_stats.h"
+#include "scheduler/delivery/planned_step_log.h"
+#include "scheduler/delivery/simulated_agent.h"
 #include "scheduler/planner/cost_model.h"
-#include "scheduler/server/delivery_processes.h"
-#include "scheduler/server/delivery_stats.h"
-#include "scheduler/server/planned_step_log.h"
 #include "scheduler/server/scheduler_server.h"
-#include "scheduler/server/simulated_agent.h"
 
 namespace dcp::plan_delivery {
 namespace {
