@@ -46,15 +46,36 @@ class FdCloser {
   std::vector<int> fds_;
 };
 
-// Opens `path` for the child's output (close-on-exec here: the child gets
-// it through a dup2, which clears the flag on the copy).
-absl::StatusOr<int> OpenOutput(const std::string& path) {
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+// Opens `path` for one of the child's standard streams, with `flags`
+// besides close-on-exec (the child gets it through a dup2, which clears the
+// flag on the copy); `closer` closes this process's copy when `Start`
+// returns.
+absl::StatusOr<int> OpenForChild(const std::string& path, int flags,
+                                 FdCloser& closer) {
+  const int fd = open(path.c_str(), flags | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
+    return absl::ErrnoToStatus(
+        errno,
+        absl::StrCat((flags & O_TRUNC) != 0 ? "cannot create " : "cannot open ",
+                     path));
   }
+  closer.Add(fd);
   return fd;
+}
+
+// What `posix_spawn` is to do in the child before it runs the binary: its
+// stdin, stdout and stderr from `in`, `out` and `err` where >= 0, and its
+// working directory. An errno value, 0 when all were queued.
+int QueueActions(int in, int out, int err, const std::string& working_dir,
+                 posix_spawn_file_actions_t& actions) {
+  const std::pair<int, int> dups[] = {{in, 0}, {out, 1}, {err, 2}};
+  for (const auto& [fd, to] : dups) {
+    if (fd < 0) continue;
+    const int error = posix_spawn_file_actions_adddup2(&actions, fd, to);
+    if (error != 0) return error;
+  }
+  if (working_dir.empty()) return 0;
+  return posix_spawn_file_actions_addchdir_np(&actions, working_dir.c_str());
 }
 
 void Record(Child& child, int status) {
@@ -126,23 +147,36 @@ std::string FileTail(const std::string& path, size_t max_bytes) {
 
 absl::StatusOr<Child> Start(const std::string& name,
                             const std::vector<std::string>& argv,
-                            const std::string& output_dir) {
+                            const StartOptions& options) {
   if (argv.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot start ", name, ": empty argv"));
   }
+  if (!options.output_dir.empty() && !options.log_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot start ", name, ": both an output_dir and a log_path"));
+  }
   Child child;
   child.name = name;
   FdCloser closer;
+  int in = -1;
   int out = -1;
   int err = -1;
-  if (!output_dir.empty()) {
-    child.out_path = absl::StrCat(output_dir, "/", name, ".out");
-    child.err_path = absl::StrCat(output_dir, "/", name, ".err");
-    ASSIGN_OR_RETURN(out, OpenOutput(child.out_path));
-    closer.Add(out);
-    ASSIGN_OR_RETURN(err, OpenOutput(child.err_path));
-    closer.Add(err);
+  if (!options.stdin_path.empty()) {
+    ASSIGN_OR_RETURN(in, OpenForChild(options.stdin_path, O_RDONLY, closer));
+  }
+  if (!options.output_dir.empty()) {
+    child.out_path = absl::StrCat(options.output_dir, "/", name, ".out");
+    child.err_path = absl::StrCat(options.output_dir, "/", name, ".err");
+    constexpr int kTruncate = O_WRONLY | O_CREAT | O_TRUNC;
+    ASSIGN_OR_RETURN(out, OpenForChild(child.out_path, kTruncate, closer));
+    ASSIGN_OR_RETURN(err, OpenForChild(child.err_path, kTruncate, closer));
+  }
+  if (!options.log_path.empty()) {
+    child.out_path = child.err_path = options.log_path;
+    ASSIGN_OR_RETURN(out, OpenForChild(options.log_path,
+                                       O_WRONLY | O_CREAT | O_APPEND, closer));
+    err = out;
   }
   std::vector<char*> args;
   for (const std::string& a : argv) {
@@ -152,10 +186,7 @@ absl::StatusOr<Child> Start(const std::string& name,
   posix_spawn_file_actions_t actions;
   int error = posix_spawn_file_actions_init(&actions);
   if (error == 0) {
-    if (out >= 0) error = posix_spawn_file_actions_adddup2(&actions, out, 1);
-    if (error == 0 && err >= 0) {
-      error = posix_spawn_file_actions_adddup2(&actions, err, 2);
-    }
+    error = QueueActions(in, out, err, options.working_dir, actions);
     if (error == 0) {
       error = posix_spawn(&child.pid, args[0], &actions, nullptr, args.data(),
                           environ);
@@ -163,10 +194,21 @@ absl::StatusOr<Child> Start(const std::string& name,
     posix_spawn_file_actions_destroy(&actions);
   }
   if (error != 0) {
+    const std::string where = options.working_dir.empty()
+                                  ? ""
+                                  : absl::StrCat(" in ", options.working_dir);
     return absl::ErrnoToStatus(
-        error, absl::StrCat("cannot start ", name, " (", argv[0], ")"));
+        error, absl::StrCat("cannot start ", name, " (", argv[0], ")", where));
   }
   return child;
+}
+
+absl::StatusOr<Child> Start(const std::string& name,
+                            const std::vector<std::string>& argv,
+                            const std::string& output_dir) {
+  StartOptions options;
+  options.output_dir = output_dir;
+  return Start(name, argv, options);
 }
 
 bool Poll(Child& child) {
@@ -201,6 +243,29 @@ void KillAll(std::vector<Child>& children) {
       c.done = true;  // Reaped elsewhere: gone, how it ended unknown.
     }
   }
+}
+
+void TerminateAll(std::vector<Child>& children, absl::Duration grace) {
+  // The children it signals, and where each stands in `children`: those
+  // never started or already reaped have nothing to wait for.
+  std::vector<Child> running;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].pid <= 0 || Poll(children[i])) continue;
+    kill(children[i].pid, SIGTERM);
+    running.push_back(children[i]);
+    at.push_back(i);
+  }
+  if (running.empty()) return;
+  WaitAll(running, absl::Now() + grace);
+  KillAll(running);
+  for (size_t k = 0; k < at.size(); ++k) children[at[k]] = running[k];
+}
+
+void Terminate(Child& child, absl::Duration grace) {
+  std::vector<Child> one = {child};
+  TerminateAll(one, grace);
+  child = one[0];
 }
 
 std::string DescribeEnd(const Child& child) {

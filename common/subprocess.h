@@ -2,9 +2,10 @@
 #define DCP_COMMON_SUBPROCESS_H_
 
 // Child processes: starting them (posix_spawn), reaping them, waiting for a
-// set of them until a deadline, and killing what still runs. What the
-// launchers (dcp-train's ranks, dcp-train-bench's) and the cross-process
-// tests run their children with.
+// set of them until a deadline, and stopping or killing what still runs.
+// What the launchers (dcp-train's ranks, dcp-train-bench's), the
+// plan-delivery benchmark and the cross-process tests run their children
+// with.
 
 #include <sys/types.h>
 
@@ -25,8 +26,8 @@ namespace dcp::subprocess {
 struct Child {
   std::string name;
   pid_t pid = -1;
-  /// The files its stdout and stderr go to; empty when it shares this
-  /// process's.
+  /// The files its stdout and stderr go to (the same one with
+  /// `StartOptions::log_path`); empty when it shares this process's.
   std::string out_path;
   std::string err_path;
   /// Its exit status once reaped; -1 while running or when a signal ended
@@ -38,13 +39,39 @@ struct Child {
   bool done = false;
 };
 
+/// Where a child's standard streams go and where it runs; each left empty,
+/// the child shares this process's.
+struct StartOptions {
+  /// Its stdout and stderr go to `<output_dir>/<name>.out` and `.err`,
+  /// created or truncated.
+  std::string output_dir;
+  /// Its stdout and stderr both go to this one file, appended to (created
+  /// when missing): a log that outlives the child or that several share.
+  /// Not with `output_dir`.
+  std::string log_path;
+  /// Its stdin is read from this file.
+  std::string stdin_path;
+  /// The directory it starts in; a relative argv[0] is found from there,
+  /// the files above from this process's.
+  std::string working_dir;
+};
+
 /// Starts `argv` as `name`: argv[0] is the binary's path (no PATH search);
-/// the child gets this process's environment and standard input. With an
-/// `output_dir`, its stdout and stderr go to `<output_dir>/<name>.out` and
-/// `.err`, created or truncated; with none, it shares this process's.
-/// INVALID_ARGUMENT for an empty argv; otherwise the error met creating an
-/// output file (naming it) or starting the binary (naming the child and the
-/// binary: NOT_FOUND when it does not exist, PERMISSION_DENIED, ...).
+/// the child gets this process's environment, and its standard streams
+/// and working directory as `options` says. INVALID_ARGUMENT for an empty
+/// argv or both `output_dir` and `log_path`; otherwise the error met
+/// opening a file for it (naming the file) or starting the binary (naming
+/// the child, the binary and any working directory: NOT_FOUND when one
+/// does not exist, PERMISSION_DENIED, ...).
+///
+///   StartOptions options;
+///   options.log_path = dir + "/scheduler.log";
+///   ASSIGN_OR_RETURN(Child child, Start("scheduler", argv, options));
+absl::StatusOr<Child> Start(const std::string& name,
+                            const std::vector<std::string>& argv,
+                            const StartOptions& options);
+
+/// `Start` with only `StartOptions::output_dir` (none when empty).
 ///
 ///   ASSIGN_OR_RETURN(Child child, Start("echo", {"/bin/echo", "x"}, dir));
 absl::StatusOr<Child> Start(const std::string& name,
@@ -61,6 +88,16 @@ bool WaitAll(std::vector<Child>& children, absl::Time deadline);
 
 /// SIGKILLs every child still running, then reaps them all.
 void KillAll(std::vector<Child>& children);
+
+/// Asks every child still running to stop (SIGTERM: a daemon drains on
+/// it), reaps them as they exit, and SIGKILLs and reaps those still
+/// running once `grace` has passed. Returns as soon as all have ended.
+///
+///   TerminateAll(relays, absl::Seconds(10));
+void TerminateAll(std::vector<Child>& children, absl::Duration grace);
+
+/// `TerminateAll` of one child.
+void Terminate(Child& child, absl::Duration grace);
 
 /// How `child` stands: "running", "exit 3", "killed by SIGKILL", or
 /// "ended" when it was reaped elsewhere without its status.

@@ -36,10 +36,17 @@ std::string OutputDir(const std::string& test) {
 
 // Starts `argv`; the test fails when it cannot.
 Child MustStart(const std::string& name, const std::vector<std::string>& argv,
-                const std::string& output_dir = "") {
-  absl::StatusOr<Child> child = Start(name, argv, output_dir);
+                const StartOptions& options) {
+  absl::StatusOr<Child> child = Start(name, argv, options);
   EXPECT_TRUE(child.ok()) << child.status();
   return child.ok() ? *std::move(child) : Child();
+}
+
+Child MustStart(const std::string& name, const std::vector<std::string>& argv,
+                const std::string& output_dir = "") {
+  StartOptions options;
+  options.output_dir = output_dir;
+  return MustStart(name, argv, options);
 }
 
 // Whether `pid` is gone: neither running nor a zombie left to reap.
@@ -134,6 +141,120 @@ TEST(SubprocessTest, NamesAnOutputFileItCannotCreate) {
       Start("lost", {"/bin/true"}, TestTmpPath("no/such/dir"));
   EXPECT_FALSE(child.ok());
   EXPECT_THAT(child.status().message(), HasSubstr("no/such/dir/lost.out"));
+}
+
+TEST(StartOptionsTest, AppendsStdoutAndStderrToOneLog) {
+  const std::string log = OutputDir("log") + "/children.log";
+  OverwriteFile(log, "before\n");
+  StartOptions options;
+  options.log_path = log;
+  std::vector<Child> first = {
+      MustStart("first", {"/bin/sh", "-c", "echo out; echo err >&2"}, options)};
+  ASSERT_TRUE(WaitAll(first, Guard()));
+  EXPECT_EQ(first[0].out_path, log);
+  EXPECT_EQ(first[0].err_path, log);
+  std::vector<Child> second = {
+      MustStart("second", {"/bin/sh", "-c", "echo again"}, options)};
+  ASSERT_TRUE(WaitAll(second, Guard()));
+  EXPECT_EQ(ReadWholeFile(log), "before\nout\nerr\nagain\n");
+  EXPECT_EQ(Describe(second),
+            "---- second (exit 0)\n" + ReadWholeFile(log) + "\n");
+}
+
+TEST(StartOptionsTest, ReadsStdinFromAFile) {
+  const std::string dir = OutputDir("stdin");
+  OverwriteFile(dir + "/input", "line\n");
+  StartOptions options;
+  options.stdin_path = dir + "/input";
+  options.output_dir = dir;
+  std::vector<Child> children = {MustStart("cat", {"/bin/cat"}, options)};
+  ASSERT_TRUE(WaitAll(children, Guard()));
+  EXPECT_EQ(children[0].exit_code, 0);
+  EXPECT_EQ(ReadWholeFile(dir + "/cat.out"), "line\n");
+}
+
+TEST(StartOptionsTest, NamesAnInputFileItCannotOpen) {
+  StartOptions options;
+  options.stdin_path = TestTmpPath("no/such/input");
+  const absl::StatusOr<Child> child = Start("cat", {"/bin/cat"}, options);
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(child.status().message(), HasSubstr("no/such/input"));
+}
+
+TEST(StartOptionsTest, StartsInTheWorkingDirectory) {
+  const std::string dir = OutputDir("cwd");
+  StartOptions options;
+  options.working_dir = dir;
+  std::vector<Child> children = {
+      MustStart("writer", {"/bin/sh", "-c", "echo x > here"}, options)};
+  ASSERT_TRUE(WaitAll(children, Guard()));
+  EXPECT_EQ(ReadWholeFile(dir + "/here"), "x\n");
+}
+
+TEST(StartOptionsTest, FindsARelativeBinaryFromTheWorkingDirectory) {
+  StartOptions options;
+  options.working_dir = "/bin";
+  std::vector<Child> children = {MustStart("true", {"./true"}, options)};
+  ASSERT_TRUE(WaitAll(children, Guard()));
+  EXPECT_EQ(children[0].exit_code, 0);
+}
+
+TEST(StartOptionsTest, NamesAWorkingDirectoryThatDoesNotExist) {
+  StartOptions options;
+  options.working_dir = TestTmpPath("no/such/cwd");
+  const absl::StatusOr<Child> child = Start("lost", {"/bin/true"}, options);
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(child.status().message(),
+              AllOf(HasSubstr("lost (/bin/true)"), HasSubstr("no/such/cwd")));
+}
+
+TEST(StartOptionsTest, RefusesBothAnOutputDirAndALog) {
+  StartOptions options;
+  options.output_dir = OutputDir("both");
+  options.log_path = options.output_dir + "/log";
+  const absl::StatusOr<Child> child = Start("both", {"/bin/true"}, options);
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TerminateTest, StopsAChildWithSigterm) {
+  Child child = MustStart("sleeper", {"/bin/sleep", "1000"});
+  // The grace is only a guard: sleep ends on the SIGTERM.
+  Terminate(child, absl::Seconds(60));
+  EXPECT_TRUE(child.done);
+  EXPECT_EQ(child.term_signal, SIGTERM);
+  EXPECT_TRUE(Gone(child.pid));
+}
+
+TEST(TerminateTest, KillsAChildThatIgnoresSigtermOnceTheGraceHasPassed) {
+  // A signal this process ignores stays ignored in a child it starts, so
+  // the child ignores SIGTERM from its first instruction.
+  struct sigaction ignore = {};
+  ignore.sa_handler = SIG_IGN;
+  struct sigaction previous = {};
+  ASSERT_EQ(sigaction(SIGTERM, &ignore, &previous), 0);
+  Child child = MustStart("stubborn", {"/bin/sleep", "1000"});
+  ASSERT_EQ(sigaction(SIGTERM, &previous, nullptr), 0);
+  Terminate(child, absl::Milliseconds(100));
+  EXPECT_TRUE(child.done);
+  EXPECT_EQ(child.term_signal, SIGKILL);
+  EXPECT_TRUE(Gone(child.pid));
+}
+
+TEST(TerminateTest, AllEndWithoutWaitingOnThoseThatAreNotRunning) {
+  std::vector<Child> exited = {
+      MustStart("exited", {"/bin/sh", "-c", "exit 4"})};
+  ASSERT_TRUE(WaitAll(exited, Guard()));
+  std::vector<Child> children = {exited[0], Child() /* never started */,
+                                 MustStart("sleeper", {"/bin/sleep", "1000"})};
+  const absl::Time start = absl::Now();
+  TerminateAll(children, absl::Seconds(60));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ(children[0].exit_code, 4);
+  EXPECT_FALSE(children[1].done);
+  EXPECT_EQ(children[2].term_signal, SIGTERM);
+  // Again: nothing left to stop.
+  TerminateAll(children, absl::Seconds(60));
+  EXPECT_EQ(children[2].term_signal, SIGTERM);
 }
 
 TEST(ChildrenTest, WaitIsOkWhenAllExitZero) {

@@ -1,14 +1,10 @@
 #include "scheduler/delivery/delivery_processes.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,9 +20,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "scheduler/delivery/delivery_stats.h"
-
-extern char** environ;
 
 namespace dcp::plan_delivery {
 namespace {
@@ -52,36 +47,13 @@ int PortIn(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
-                                   const std::string& log_path) {
-  std::vector<char*> args;
-  for (const std::string& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!log_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  }
-  pid_t pid = 0;
-  const int error =
-      posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot run '", argv[0], "': errno ", error));
-  }
-  return pid;
-}
-
-absl::StatusOr<int> AwaitPortFile(const std::string& path, pid_t pid,
-                                  absl::Time deadline, absl::string_view what) {
+absl::StatusOr<int> AwaitPortFile(const std::string& path,
+                                  subprocess::Child& child, absl::Time deadline,
+                                  absl::string_view what) {
   int port = 0;
   // A benchmark's start-up, not a test: polling the port file is enough.
   while ((port = PortIn(path)) == 0) {
-    if (waitpid(pid, nullptr, WNOHANG) != 0) {
+    if (subprocess::Poll(child)) {
       // It may have written the port just before it exited.
       if ((port = PortIn(path)) != 0) return port;
       return absl::UnavailableError(
@@ -94,20 +66,6 @@ absl::StatusOr<int> AwaitPortFile(const std::string& path, pid_t pid,
     absl::SleepFor(absl::Milliseconds(10));
   }
   return port;
-}
-
-void StopProcess(pid_t pid, absl::Duration grace) {
-  if (pid <= 0) return;
-  kill(pid, SIGTERM);
-  const absl::Time deadline = absl::Now() + grace;
-  while (waitpid(pid, nullptr, WNOHANG) == 0) {
-    if (absl::Now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      return;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
 }
 
 absl::StatusOr<std::string> FetchMetrics(int port, absl::Duration timeout) {
@@ -188,12 +146,20 @@ absl::StatusOr<std::unique_ptr<SchedulerProcess>> SchedulerProcess::Start(
   argv.push_back("--port_file=" + port_file);
   argv.push_back("--metrics_listen=127.0.0.1:0");
   argv.push_back("--metrics_port_file=" + metrics_port_file);
-  ASSIGN_OR_RETURN(process->pid_, SpawnProcess(argv, process->log_path_));
+  subprocess::StartOptions options;
+  options.log_path = process->log_path_;
+  absl::StatusOr<subprocess::Child> child =
+      subprocess::Start("scheduler", argv, options);
+  if (!child.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot run '", binary, "': ", child.status().message()));
+  }
+  process->child_ = *std::move(child);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   absl::StatusOr<int> port =
-      AwaitPortFile(port_file, process->pid_, deadline, "the scheduler");
+      AwaitPortFile(port_file, process->child_, deadline, "the scheduler");
   absl::StatusOr<int> metrics_port =
-      port.ok() ? AwaitPortFile(metrics_port_file, process->pid_, deadline,
+      port.ok() ? AwaitPortFile(metrics_port_file, process->child_, deadline,
                                 "the scheduler's metrics")
                 : port;
   if (!metrics_port.ok()) {
@@ -209,7 +175,9 @@ absl::StatusOr<std::unique_ptr<SchedulerProcess>> SchedulerProcess::Start(
 
 SchedulerProcess::~SchedulerProcess() { Stop(); }
 
-double SchedulerProcess::CpuSeconds() const { return ProcessCpuSeconds(pid_); }
+double SchedulerProcess::CpuSeconds() const {
+  return ProcessCpuSeconds(child_.pid);
+}
 
 absl::StatusOr<SchedulerCounters> SchedulerProcess::Counters() const {
   ASSIGN_OR_RETURN(const std::string text,
@@ -232,8 +200,7 @@ absl::StatusOr<SchedulerCounters> SchedulerProcess::Counters() const {
 }
 
 void SchedulerProcess::Stop() {
-  StopProcess(pid_, absl::Seconds(10));
-  pid_ = -1;
+  subprocess::Terminate(child_, absl::Seconds(10));
   if (!dir_.empty()) {
     for (const char* name : {"/port", "/metrics_port", "/scheduler.log"}) {
       unlink((dir_ + name).c_str());

@@ -1,8 +1,6 @@
 #ifndef DCP_SCHEDULER_DELIVERY_DELIVERY_PROCESSES_H_
 #define DCP_SCHEDULER_DELIVERY_DELIVERY_PROCESSES_H_
 
-#include <sys/types.h>
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,27 +9,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 // The plan-delivery benchmark's child processes: real dcp binaries started
 // on 127.0.0.1:0 that say their port in a --port_file, and the scheduler's
 // own figures read off its /metrics.
 namespace dcp::plan_delivery {
 
-/// Starts `argv` (argv[0] is the binary's path) with its stdout and stderr
-/// appended to `log_path` (inherited when empty); its pid. UNAVAILABLE
-/// naming the binary when it cannot be started.
-absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
-                                   const std::string& log_path);
-
-/// The port `pid` (a child of this process) wrote to `path` (the file its
-/// --port_file names) once it has. UNAVAILABLE naming `what` when the
-/// process exits without writing one (it is reaped) or `deadline` passes.
-absl::StatusOr<int> AwaitPortFile(const std::string& path, pid_t pid,
-                                  absl::Time deadline, absl::string_view what);
-
-/// SIGTERM, then reaps `pid`; SIGKILL when it has not exited within
-/// `grace`.
-void StopProcess(pid_t pid, absl::Duration grace);
+/// The port `child` wrote to `path` (the file its --port_file names) once
+/// it has. UNAVAILABLE naming `what` when the child exits without writing
+/// one (it is reaped) or `deadline` passes.
+absl::StatusOr<int> AwaitPortFile(const std::string& path,
+                                  subprocess::Child& child, absl::Time deadline,
+                                  absl::string_view what);
 
 /// `GET /metrics` from 127.0.0.1:`port` (HTTP/1.0): the body. UNAVAILABLE
 /// when the connection fails, DATA_LOSS for an answer other than 200.
@@ -73,7 +63,6 @@ class SchedulerProcess {
   /// host:port of its gRPC service.
   const std::string& address() const { return address_; }
   const std::string& log_path() const { return log_path_; }
-  pid_t pid() const { return pid_; }
   /// CPU seconds (user + system) it used so far, all its threads.
   double CpuSeconds() const;
   /// Its planning counters, scraped now. DATA_LOSS naming the sample its
@@ -85,7 +74,7 @@ class SchedulerProcess {
  private:
   SchedulerProcess() = default;
 
-  pid_t pid_ = -1;
+  subprocess::Child child_;
   std::string dir_;
   std::string log_path_;
   std::string address_;

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -44,40 +46,38 @@ TEST(SampleValueTest, ReadsTheUnlabelledSampleOfExactlyThatName) {
 TEST(AwaitPortFileTest, ReturnsThePortTheChildWrote) {
   const std::string path = TmpPath("written.port");
   unlink(path.c_str());
-  absl::StatusOr<pid_t> pid =
-      SpawnProcess({"/bin/sh", "-c", "echo 4242 > " + path}, "");
-  ASSERT_TRUE(pid.ok()) << pid.status();
+  absl::StatusOr<subprocess::Child> child =
+      subprocess::Start("writer", {"/bin/sh", "-c", "echo 4242 > " + path});
+  ASSERT_TRUE(child.ok()) << child.status();
   absl::StatusOr<int> port =
-      AwaitPortFile(path, *pid, absl::Now() + absl::Seconds(30), "the child");
+      AwaitPortFile(path, *child, absl::Now() + absl::Seconds(30), "the child");
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_EQ(*port, 4242);
-  StopProcess(*pid, absl::Seconds(5));
+  subprocess::Terminate(*child, absl::Seconds(5));
+  EXPECT_TRUE(child->done);
 }
 
 TEST(AwaitPortFileTest, AChildThatExitsWithoutAPortIsAnError) {
   const std::string path = TmpPath("never.port");
   unlink(path.c_str());
-  absl::StatusOr<pid_t> pid = SpawnProcess({"/bin/true"}, "");
-  ASSERT_TRUE(pid.ok()) << pid.status();
+  absl::StatusOr<subprocess::Child> child =
+      subprocess::Start("quitter", {"/bin/true"});
+  ASSERT_TRUE(child.ok()) << child.status();
   absl::StatusOr<int> port =
-      AwaitPortFile(path, *pid, absl::Now() + absl::Seconds(30), "the child");
+      AwaitPortFile(path, *child, absl::Now() + absl::Seconds(30), "the child");
   EXPECT_EQ(port.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(port.status().message(), HasSubstr("the child exited"));
+  // Reaped, with how it ended.
+  EXPECT_TRUE(child->done);
+  EXPECT_EQ(child->exit_code, 0);
 }
 
-TEST(SpawnProcessTest, AMissingBinaryIsNamed) {
-  absl::StatusOr<pid_t> pid =
-      SpawnProcess({"/nonexistent/dcp-scheduler"}, TmpPath("missing.log"));
-  // posix_spawn reports a missing binary either at once or as the child's
-  // exit status 127; either way nothing serves.
-  if (pid.ok()) {
-    absl::StatusOr<int> port = AwaitPortFile(
-        TmpPath("missing.port"), *pid, absl::Now() + absl::Seconds(30), "it");
-    EXPECT_EQ(port.status().code(), absl::StatusCode::kUnavailable);
-  } else {
-    EXPECT_THAT(pid.status().message(),
-                HasSubstr("/nonexistent/dcp-scheduler"));
-  }
+TEST(SchedulerProcessTest, AMissingBinaryIsNamed) {
+  absl::StatusOr<std::unique_ptr<SchedulerProcess>> scheduler =
+      SchedulerProcess::Start("/nonexistent/dcp-scheduler", {});
+  EXPECT_EQ(scheduler.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(scheduler.status().message(),
+              HasSubstr("cannot run '/nonexistent/dcp-scheduler'"));
 }
 
 TEST(FetchMetricsTest, AClosedPortIsUnavailable) {

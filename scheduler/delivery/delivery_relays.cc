@@ -1,14 +1,13 @@
 #include "scheduler/delivery/delivery_relays.h"
 
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "scheduler/delivery/delivery_processes.h"
 #include "scheduler/delivery/delivery_stats.h"
 
@@ -26,19 +25,21 @@ absl::StatusOr<std::vector<std::string>> RelayProcesses::Start(
         binary_, "--listen=127.0.0.1:0", "--scheduler=" + scheduler,
         absl::StrCat("--port_file=", dir_, "/", i),
         absl::StrCat("--gather_window=", absl::FormatDuration(gather_window_))};
-    absl::StatusOr<pid_t> pid = SpawnProcess(args, /*log_path=*/"");
-    if (!pid.ok()) {
+    absl::StatusOr<subprocess::Child> child =
+        subprocess::Start(absl::StrCat("relay ", i), args);
+    if (!child.ok()) {
       Stop();
       return absl::UnavailableError(
-          absl::StrCat("cannot run the relay binary '", binary_, "'"));
+          absl::StrCat("cannot run the relay binary '", binary_,
+                       "': ", child.status().message()));
     }
-    pids_.push_back(*pid);
+    children_.push_back(*std::move(child));
   }
   std::vector<std::string> addresses;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (int i = 0; i < count_; ++i) {
     absl::StatusOr<int> port =
-        AwaitPortFile(absl::StrCat(dir_, "/", i), pids_[i], deadline,
+        AwaitPortFile(absl::StrCat(dir_, "/", i), children_[i], deadline,
                       absl::StrCat("relay ", i, " (", binary_, ")"));
     if (!port.ok()) {
       Stop();
@@ -53,14 +54,15 @@ absl::StatusOr<std::vector<std::string>> RelayProcesses::Start(
 
 double RelayProcesses::CpuSeconds() const {
   double sum = 0;
-  for (pid_t pid : pids_) sum += ProcessCpuSeconds(pid);
+  for (const subprocess::Child& child : children_) {
+    sum += ProcessCpuSeconds(child.pid);
+  }
   return sum;
 }
 
 void RelayProcesses::Stop() {
-  for (pid_t pid : pids_) kill(pid, SIGTERM);
-  for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
-  pids_.clear();
+  subprocess::TerminateAll(children_, absl::Seconds(10));
+  children_.clear();
   if (!dir_.empty()) {
     for (int i = 0; i < count_; ++i) unlink(absl::StrCat(dir_, "/", i).c_str());
     rmdir(dir_.c_str());

@@ -1,14 +1,13 @@
 #ifndef DCP_SCHEDULER_DELIVERY_DELIVERY_RELAYS_H_
 #define DCP_SCHEDULER_DELIVERY_DELIVERY_RELAYS_H_
 
-#include <sys/types.h>
-
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 // The plan-delivery benchmark's relay rows: real dcp-node-relay processes
 // between the simulated agents and the scheduler.
@@ -16,7 +15,7 @@ namespace dcp::plan_delivery {
 
 /// `count` dcp-node-relay processes (the binary at `binary`) in front of a
 /// scheduler, each on 127.0.0.1:0, started by `Start` and stopped (SIGTERM,
-/// then reaped) by `Stop` or the destructor. Not thread-safe.
+/// SIGKILL 10 s later) by `Stop` or the destructor. Not thread-safe.
 class RelayProcesses {
  public:
   RelayProcesses(std::string binary, int count, absl::Duration gather_window)
@@ -39,7 +38,7 @@ class RelayProcesses {
   const std::string binary_;
   const int count_;
   const absl::Duration gather_window_;
-  std::vector<pid_t> pids_;
+  std::vector<subprocess::Child> children_;
   std::string dir_;
 };
 
