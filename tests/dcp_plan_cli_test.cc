@@ -2,10 +2,6 @@
 // as child processes and checks what they write: exit codes, messages, the
 // stats JSON and the plan file, which must replay on the reference cluster.
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -14,9 +10,13 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/eval/plan_io.h"
@@ -69,38 +69,22 @@ struct ProcessResult {
 ProcessResult RunProcess(const std::vector<std::string>& argv,
                          const std::string& working_dir = "") {
   static int counter = 0;
-  const std::string base = TmpPath("proc" + std::to_string(counter++));
-  const std::string out_path = base + ".out";
-  const std::string err_path = base + ".err";
-  // Everything the child needs is prepared before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<char*> args;
-  for (const std::string& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-
+  subprocess::StartOptions options;
+  options.output_dir = EnvOrDie("TEST_TMPDIR");
+  options.working_dir = working_dir;
   ProcessResult result;
-  const pid_t pid = fork();
-  if (pid < 0) {
-    ADD_FAILURE() << "fork failed";
+  absl::StatusOr<subprocess::Child> child =
+      subprocess::Start("proc" + std::to_string(counter++), argv, options);
+  if (!child.ok()) {
+    ADD_FAILURE() << child.status();
     return result;
   }
-  if (pid == 0) {
-    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
-    if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(126);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) {
-    ADD_FAILURE() << "waitpid failed";
-    return result;
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  result.out = ReadFile(out_path);
-  result.err = ReadFile(err_path);
+  std::vector<subprocess::Child> children = {*std::move(child)};
+  // No deadline: the test's own timeout is the guard.
+  subprocess::WaitAll(children, absl::InfiniteFuture());
+  result.exit_code = children[0].exit_code;
+  result.out = ReadFile(children[0].out_path);
+  result.err = ReadFile(children[0].err_path);
   return result;
 }
 

@@ -1,24 +1,23 @@
 #include "common/metrics/metrics_testing.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 #include <poll.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -30,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "common/metrics/tls_server_context.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 
 namespace dcp {
 namespace {
@@ -224,33 +224,19 @@ absl::StatusOr<PromtoolResult> RunPromtoolCheckMetrics(
       return absl::InternalError(absl::StrCat("cannot write ", input));
     }
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, input.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<std::string> args = {*promtool, "check", "metrics"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, promtool->c_str(), &actions, nullptr,
-                             argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot start ", *promtool, ": ", std::strerror(rc)));
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      return absl::InternalError(
-          absl::StrCat("waitpid: ", std::strerror(errno)));
-    }
-  }
+  // The log is appended to: what an earlier check wrote goes first.
+  std::remove(output.c_str());
+  subprocess::StartOptions options;
+  options.stdin_path = input;
+  options.log_path = output;
+  absl::StatusOr<subprocess::Child> child =
+      subprocess::Start("promtool", {*promtool, "check", "metrics"}, options);
+  // Not NOT_FOUND: that says promtool is not installed.
+  if (!child.ok()) return absl::InternalError(child.status().message());
+  std::vector<subprocess::Child> children = {*std::move(child)};
+  subprocess::WaitAll(children, absl::InfiniteFuture());
   PromtoolResult result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.exit_code = children[0].exit_code;
   result.output = ReadWholeFile(output);
   return result;
 }
