@@ -23,6 +23,10 @@ struct TaskObservation {
   double seconds = 0;
   /// Peak memory per GPU; 0 when unknown.
   double memory_bytes = 0;
+
+  /// The Ulysses degree the task ran with: `ulysses`, or the group size
+  /// when it is 0 (as `TaskPlan::UlyssesDegree`).
+  int UlyssesDegree() const { return ulysses > 0 ? ulysses : group_size; }
 };
 
 /// The shortest task time a profile or a timing report may claim (a

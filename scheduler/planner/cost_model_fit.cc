@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -268,32 +267,10 @@ TimeVector MinimiseRelativeError(const RelativeSystem& s, double prior_weight) {
   return best;
 }
 
-// Whether `model` predicts each task's ring to outlast its attention (then
-// the ring's terms, else attention's, are in the task's time).
-std::vector<bool> RingLonger(const CostModel& model,
-                             absl::Span<const TaskObservation> observations) {
-  std::vector<bool> longer;
-  longer.reserve(observations.size());
-  for (const TaskObservation& o : observations) {
-    double tokens = 0, units = 0;
-    for (int64_t s : o.lengths) {
-      tokens += static_cast<double>(s);
-      units += model.AttentionUnits(static_cast<double>(s));
-    }
-    double attention = 0, ring = 0;
-    model.AttentionAndRing(o.group_size, o.intra_node, tokens, units,
-                           o.recompute, o.ulysses, &attention, &ring);
-    longer.push_back(ring > attention);
-  }
-  return longer;
-}
-
 // Task i's seconds per unit of each time coefficient of `model`: what a
-// model with that coefficient 1 and the others 0 predicts, with attention's
-// or the ring's terms as `ring_longer` says.
+// model with that coefficient 1 and the others 0 predicts.
 std::vector<TimeVector> TimeFeatures(
-    const CostModel& model, absl::Span<const TaskObservation> observations,
-    const std::vector<bool>& ring_longer) {
+    const CostModel& model, absl::Span<const TaskObservation> observations) {
   std::vector<TimeVector> features(observations.size());
   for (int j = 0; j < kNumTimeCoefficients; ++j) {
     const CostModel m(UnitCoefficients(model.coefficients(), j), model.model(),
@@ -308,9 +285,18 @@ std::vector<TimeVector> TimeFeatures(
     }
   }
   // Of attention and the ring only the longer adds to a task's time: the
-  // other's features are zero for it.
+  // other's features are zero for it, as `model` sees the task.
   for (size_t i = 0; i < observations.size(); ++i) {
-    if (ring_longer[i]) {
+    const TaskObservation& o = observations[i];
+    double tokens = 0, units = 0;
+    for (int64_t s : o.lengths) {
+      tokens += static_cast<double>(s);
+      units += model.AttentionUnits(static_cast<double>(s));
+    }
+    double attention = 0, ring = 0;
+    model.AttentionAndRing(o.group_size, o.intra_node, tokens, units,
+                           o.recompute, o.ulysses, &attention, &ring);
+    if (ring > attention) {
       features[i][kAttn] = 0;
       features[i][kAttnHalf] = 0;
     } else {
@@ -349,32 +335,29 @@ double CommonScale(const CostModel& model,
 // The fit's residuals around `model`'s coefficients times `CommonScale`.
 RelativeSystem BuildRelativeSystem(
     const CostModel& model, absl::Span<const TaskObservation> observations,
-    const std::vector<bool>& ring_longer, double prior_weight) {
+    double prior_weight) {
   const double scale = CommonScale(model, observations, prior_weight);
   const TimeVector current = TimeValues(model.coefficients());
   RelativeSystem s;
   for (int j = 0; j < kNumTimeCoefficients; ++j) s.base[j] = scale * current[j];
-  std::vector<TimeVector> features =
-      TimeFeatures(model, observations, ring_longer);
-  const bool rings = std::any_of(
-      observations.begin(), observations.end(), [](const TaskObservation& o) {
-        return o.group_size / (o.ulysses > 0 ? o.ulysses : o.group_size) > 1;
-      });
-  const bool no_half = !(model.coefficients().attn_half > 0);
-  if (!rings && !no_half) {
-    // The half stays as it is, a part of attention's term.
-    const double half = model.coefficients().attn_half;
-    for (TimeVector& f : features) {
-      f[kAttn] += half * f[kAttnHalf];
-      f[kAttnHalf] = 0;
-    }
-  } else if (no_half) {
+  std::vector<TimeVector> features = TimeFeatures(model, observations);
+  const double half = model.coefficients().attn_half;
+  if (!(half > 0)) {
     // A sheet without an attention half (a CPU's) has the wrong shape for
     // any accelerator, so its half is learnt even without a ring, where the
     // recompute ratio alone tells it from the linear term. A relative fit
     // cannot move a coefficient from zero: it starts from kAttnHalfFloor
     // tokens.
     s.base[kAttnHalf] = s.base[kAttn] * kAttnHalfFloor;
+  } else if (std::none_of(observations.begin(), observations.end(),
+                          [](const TaskObservation& o) {
+                            return o.group_size / o.UlyssesDegree() > 1;
+                          })) {
+    // No ring: the half stays as it is, a part of attention's term.
+    for (TimeVector& f : features) {
+      f[kAttn] += half * f[kAttnHalf];
+      f[kAttnHalf] = 0;
+    }
   }
   for (size_t i = 0; i < observations.size(); ++i) {
     TimeVector& a = s.a.emplace_back();
@@ -397,8 +380,8 @@ absl::StatusOr<CostModel> CostModel::Fit(
         "prior_weight must be positive and finite");
   }
   RETURN_IF_ERROR(ValidateObservations(observations));
-  const RelativeSystem s = BuildRelativeSystem(
-      *this, observations, RingLonger(*this, observations), prior_weight);
+  const RelativeSystem s =
+      BuildRelativeSystem(*this, observations, prior_weight);
   const TimeVector delta = MinimiseRelativeError(s, prior_weight);
   Coefficients c = c_;
   TimeVector fitted_values;
