@@ -130,19 +130,6 @@ int Reap(std::vector<Child>& children, absl::Time deadline,
   }
 }
 
-// The last `max_bytes` of the file at `path`, after "..." when cut; "" when
-// it cannot be read.
-std::string FileTail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamoff size = in.tellg();
-  const bool cut = static_cast<uint64_t>(size) > max_bytes;
-  in.seekg(cut ? size - static_cast<std::streamoff>(max_bytes) : 0);
-  std::string tail((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  return cut ? "..." + tail : tail;
-}
-
 }  // namespace
 
 absl::StatusOr<Child> Start(const std::string& name,
@@ -209,6 +196,15 @@ absl::StatusOr<Child> Start(const std::string& name,
   StartOptions options;
   options.output_dir = output_dir;
   return Start(name, argv, options);
+}
+
+absl::StatusOr<Child> Run(const std::string& name,
+                          const std::vector<std::string>& argv,
+                          const StartOptions& options) {
+  ASSIGN_OR_RETURN(Child child, Start(name, argv, options));
+  std::vector<Child> one = {std::move(child)};
+  WaitAll(one, absl::InfiniteFuture());
+  return std::move(one[0]);
 }
 
 bool Poll(Child& child) {
@@ -278,6 +274,17 @@ std::string DescribeEnd(const Child& child) {
   }
   if (child.exit_code >= 0) return absl::StrCat("exit ", child.exit_code);
   return "ended";
+}
+
+std::string FileTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const bool cut = static_cast<uint64_t>(size) > max_bytes;
+  in.seekg(cut ? size - static_cast<std::streamoff>(max_bytes) : 0);
+  std::string tail((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  return cut ? "..." + tail : tail;
 }
 
 std::string Describe(const std::vector<Child>& children,

@@ -86,6 +86,15 @@ bool Poll(Child& child);
 /// every 20 ms where the kernel gives none).
 bool WaitAll(std::vector<Child>& children, absl::Time deadline);
 
+/// `Start`s `argv` as `name` and waits until it has ended and is reaped,
+/// however long that takes (a caller's own timeout is the bound): the
+/// child, its exit status filled in; `Start`'s errors.
+///
+///   ASSIGN_OR_RETURN(Child done, Run("check", {"/bin/true"}, options));
+absl::StatusOr<Child> Run(const std::string& name,
+                          const std::vector<std::string>& argv,
+                          const StartOptions& options);
+
 /// SIGKILLs every child still running, then reaps them all.
 void KillAll(std::vector<Child>& children);
 
@@ -102,6 +111,10 @@ void Terminate(Child& child, absl::Duration grace);
 /// How `child` stands: "running", "exit 3", "killed by SIGKILL", or
 /// "ended" when it was reaped elsewhere without its status.
 std::string DescribeEnd(const Child& child);
+
+/// The last `max_bytes` of the file at `path` (what a child wrote), after
+/// "..." when cut; "" when it cannot be read.
+std::string FileTail(const std::string& path, size_t max_bytes);
 
 /// For error messages: each child's name and `DescribeEnd`, then what its
 /// stderr file holds, of that only the last `max_stderr_bytes` (after

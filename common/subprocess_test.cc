@@ -79,6 +79,24 @@ TEST(SubprocessTest, PollReapsOnceExited) {
   EXPECT_TRUE(Gone(child.pid));
 }
 
+TEST(SubprocessTest, RunReturnsTheChildOnceItEnded) {
+  StartOptions options;
+  options.output_dir = OutputDir("run");
+  absl::StatusOr<Child> child =
+      subprocess::Run("three", {"/bin/sh", "-c", "echo out; exit 3"}, options);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_TRUE(child->done);
+  EXPECT_EQ(child->exit_code, 3);
+  EXPECT_TRUE(Gone(child->pid));
+  EXPECT_EQ(ReadWholeFile(child->out_path), "out\n");
+  // Start's errors, naming the child.
+  const absl::Status missing =
+      subprocess::Run("missing", {"/nonexistent/binary"}, StartOptions())
+          .status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_THAT(missing.message(), HasSubstr("missing"));
+}
+
 TEST(SubprocessTest, WritesStdoutAndStderrToFiles) {
   const std::string dir = OutputDir("files");
   std::vector<Child> children = {

@@ -10,11 +10,9 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "common/model_spec.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
@@ -73,18 +71,16 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
   options.output_dir = EnvOrDie("TEST_TMPDIR");
   options.working_dir = working_dir;
   ProcessResult result;
+  // No deadline: the test's own timeout is the guard.
   absl::StatusOr<subprocess::Child> child =
-      subprocess::Start("proc" + std::to_string(counter++), argv, options);
+      subprocess::Run("proc" + std::to_string(counter++), argv, options);
   if (!child.ok()) {
     ADD_FAILURE() << child.status();
     return result;
   }
-  std::vector<subprocess::Child> children = {*std::move(child)};
-  // No deadline: the test's own timeout is the guard.
-  subprocess::WaitAll(children, absl::InfiniteFuture());
-  result.exit_code = children[0].exit_code;
-  result.out = ReadFile(children[0].out_path);
-  result.err = ReadFile(children[0].err_path);
+  result.exit_code = child->exit_code;
+  result.out = ReadFile(child->out_path);
+  result.err = ReadFile(child->err_path);
   return result;
 }
 

@@ -230,13 +230,11 @@ absl::StatusOr<PromtoolResult> RunPromtoolCheckMetrics(
   options.stdin_path = input;
   options.log_path = output;
   absl::StatusOr<subprocess::Child> child =
-      subprocess::Start("promtool", {*promtool, "check", "metrics"}, options);
+      subprocess::Run("promtool", {*promtool, "check", "metrics"}, options);
   // Not NOT_FOUND: that says promtool is not installed.
   if (!child.ok()) return absl::InternalError(child.status().message());
-  std::vector<subprocess::Child> children = {*std::move(child)};
-  subprocess::WaitAll(children, absl::InfiniteFuture());
   PromtoolResult result;
-  result.exit_code = children[0].exit_code;
+  result.exit_code = child->exit_code;
   result.output = ReadWholeFile(output);
   return result;
 }

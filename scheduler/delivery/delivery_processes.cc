@@ -31,13 +31,6 @@ std::string ReadAll(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-/// The last `max_bytes` of the file at `path`.
-std::string Tail(const std::string& path, size_t max_bytes) {
-  const std::string text = ReadAll(path);
-  return text.size() > max_bytes ? "..." + text.substr(text.size() - max_bytes)
-                                 : text;
-}
-
 /// The port written to `path`, 0 until there is one.
 int PortIn(const std::string& path) {
   int port = 0;
@@ -163,7 +156,7 @@ absl::StatusOr<std::unique_ptr<SchedulerProcess>> SchedulerProcess::Start(
                                 "the scheduler's metrics")
                 : port;
   if (!metrics_port.ok()) {
-    const std::string log = Tail(process->log_path_, 2000);
+    const std::string log = subprocess::FileTail(process->log_path_, 2000);
     process->Stop();
     return absl::UnavailableError(absl::StrCat(
         binary, ": ", metrics_port.status().message(), "; its output:\n", log));
