@@ -183,9 +183,9 @@ struct StepToPlan {
 /// re-serves, and the drain, stop and shutdown states that end the
 /// streams. Who registered (and from where), who is alive and which ranks
 /// the epoch trains on is its `WorldMembership`, kept under the same lock
-/// since a registration, a report or a step sent changes both. Each plan is kept as per-rank RankSteps
-/// (every CommGroup's `rendezvous_prefix` set to
-/// "<session>/e<epoch>/g<r0>-<r1>-...") until its step completes.
+/// since a registration, a report or a step sent changes both. Each plan
+/// is kept as per-rank RankSteps (every CommGroup's `rendezvous_prefix` set
+/// to "<session>/e<epoch>/g<r0>-<r1>-...") until its step completes.
 ///
 /// A stream is sent every step from its `from_step` on exactly once, in
 /// order, then the drain marker, and never a stale step. Wake callbacks run

@@ -100,7 +100,8 @@ std::optional<RankFailureEvent> StepWindow::CheckLiveness(
 }
 
 absl::Status StepWindow::Restore(RestoredWindow restored) {
-  ASSIGN_OR_RETURN(std::vector<bool> members, WorldOf(restored.members, options_.world_size));
+  ASSIGN_OR_RETURN(std::vector<bool> members,
+                   WorldOf(restored.members, options_.world_size));
   std::deque<StepRecord> records;
   for (size_t i = 0; i < restored.steps.size(); ++i) {
     RestoredWindow::Kept& kept = restored.steps[i];
@@ -109,7 +110,8 @@ absl::Status StepWindow::Restore(RestoredWindow restored) {
       return absl::FailedPreconditionError(absl::StrCat(
           "restoring step ", step, " from the plan of step ", kept.plan.step()));
     }
-    ASSIGN_OR_RETURN(std::vector<bool> world, WorldOf(kept.members, options_.world_size));
+    ASSIGN_OR_RETURN(std::vector<bool> world,
+                     WorldOf(kept.members, options_.world_size));
     const int64_t plan_epoch = kept.plan.epoch();
     records.push_back(MakeRecord(StepArena::Of(kept.plan), plan_epoch, world));
   }
