@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   const ClientOptions& o = client->options_;
   if (o.mode == ClientOptions::Mode::kInProcess) {
     AgentOptions agent = o.agent;
-    agent.warm_groups = agent.warm_groups && o.communicators;
+    agent.warm_groups = agent.warm_groups && o.form_groups;
     ASSIGN_OR_RETURN(client->agent_, Agent::Start(std::move(agent)));
     return client;
   }
@@ -168,8 +168,8 @@ absl::StatusOr<Step> Client::Resolve(NextStepResult next) {
                        ": its group ", t.group_id(), " is not in the plan"));
     }
     task.rendezvous_prefix = group->rendezvous_prefix();
-    if (agent_ != nullptr && options_.communicators) {
-      absl::StatusOr<Communicator*> comm = agent_->Group(*group);
+    if (agent_ != nullptr && options_.form_groups) {
+      absl::StatusOr<c10d::ProcessGroup*> comm = agent_->Group(*group);
       if (!comm.ok()) {
         return absl::Status(
             comm.status().code(),
@@ -184,7 +184,7 @@ absl::StatusOr<Step> Client::Resolve(NextStepResult next) {
   return step;
 }
 
-absl::StatusOr<Communicator*> Client::DataParallelGroup() {
+absl::StatusOr<c10d::ProcessGroup*> Client::DataParallelGroup() {
   if (agent_ == nullptr) {
     return absl::FailedPreconditionError(
         "the data-parallel group is only available in in-process mode; in "

@@ -9,22 +9,25 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "comm/rendezvous_store.h"
 #include "proto/plan.pb.h"
 #include "worker_agent/agent.h"
+
+namespace c10d {
+class ProcessGroup;
+}  // namespace c10d
 
 namespace dcp {
 
 /// How a trainer reaches its plans; see `Client`.
 struct ClientOptions {
   enum class Mode {
-    /// The agent runs inside the trainer's process (recommended): group
-    /// handles are usable communicators, which is what NCCL needs (its
-    /// communicators must live in the process that launches the kernels).
+    /// The agent runs inside the trainer's process (recommended): tasks
+    /// carry usable process groups, formed ahead of use.
     kInProcess,
     /// The agent is a dcp-agent (`--mode=serve`) beside the trainer,
-    /// reached over its Unix socket; tasks carry no communicator, the
+    /// reached over its Unix socket; tasks carry no process group, the
     /// trainer forms its own from each task's ranks and rendezvous prefix.
     kSidecar,
   };
@@ -44,17 +47,13 @@ struct ClientOptions {
   absl::Duration step_timeout = absl::Minutes(10);
   /// Sidecar mode: deadline of ReportStep's call to the agent.
   absl::Duration rpc_timeout = absl::Seconds(30);
-  /// In-process mode: hand each task of more than one rank a dcp
-  /// `Communicator` (the agent forms them as steps arrive), on the library
-  /// `agent.comm_backend` chooses: with `--config=cuda` and a GPU present
-  /// (kAuto), NCCL groups split from each epoch's world, whose collectives
-  /// take device pointers on GPU `agent.gpu`; Gloo groups, on host memory,
-  /// otherwise (`agent()->comm_backend()` tells which). False for a
-  /// trainer that runs its collectives on c10d process groups it forms
-  /// itself through `rendezvous_store()` (train/process_groups.h; Gloo,
-  /// Debian's libtorch being CPU-only): the tasks' `group` is then null and
-  /// the agent forms nothing, so kAuto stays on Gloo.
-  bool communicators = true;
+  /// In-process mode: hand each task of more than one rank its c10d process
+  /// group (ProcessGroupGloo, CPU tensors), which the agent forms as steps
+  /// arrive (comm/process_groups.h). False for a trainer that forms its own
+  /// groups through `rendezvous_store()` (NCCL groups on CUDA, or a task's
+  /// Ulysses subgroups and ring, `ProcessGroups::Hybrid`): the tasks'
+  /// `group` is then null and the agent forms nothing.
+  bool form_groups = true;
 };
 
 /// One task of a step, as the trainer runs it: one forward and backward
@@ -79,14 +78,13 @@ struct StepTask {
   /// The group's Ulysses degree (proto/plan.proto, Task.ulysses): u-way
   /// Ulysses inside a (p / u)-way ring; 0 for the whole group (no ring).
   int ulysses = 0;
-  /// In-process mode, p > 1: the group's communicator, owned by the client
-  /// (valid until it is destroyed; use it from one thread at a time): host
-  /// pointers on Gloo, device pointers on NCCL (see
-  /// `ClientOptions::communicators`). Null for p = 1 and in sidecar mode.
-  Communicator* group = nullptr;
+  /// In-process mode, p > 1: the group's c10d process group, owned by the
+  /// client (valid until a later epoch's step or its destruction; use it
+  /// from one thread at a time; see `ClientOptions::form_groups`). Null for
+  /// p = 1 and in sidecar mode.
+  c10d::ProcessGroup* group = nullptr;
   /// Where the group's members meet in the scheduler's rendezvous store
-  /// (empty for p = 1): what a sidecar trainer forms its own communicator
-  /// under.
+  /// (empty for p = 1): what a sidecar trainer forms its own group under.
   std::string rendezvous_prefix;
 };
 
@@ -117,7 +115,7 @@ struct Step {
   v1::RankStep plan;
 };
 
-// `IsPeerLoss(status)` (comm/communicator.h): whether a step's error says a
+// `IsPeerLoss(status)` (comm/peer_loss.h): whether a step's error says a
 // peer is gone, what a trainer answers with `Client::NextEpoch`.
 
 /// The training loop's view of dcp: fetch each step's plan, run its tasks,
@@ -150,7 +148,7 @@ struct Step {
 ///
 /// Thread-compatible: one training loop calls it. The client owns its
 /// agent (in-process) or channel (sidecar); destroying it stops the agent
-/// and frees the communicators it handed out.
+/// and frees the process groups it handed out.
 class Client {
  public:
   /// In-process: starts the embedded agent (registers with the scheduler).
@@ -204,14 +202,14 @@ class Client {
   /// for the gradient all-reduce that closes a step
   /// (`Agent::DataParallelGroup`; every member calls it after the step's
   /// tasks; formed once per epoch, the earlier epochs' released once a step
-  /// of a later one is returned), on the same library as the tasks' groups.
+  /// of a later one is returned), a c10d group like the tasks'.
   /// Owned by the client. FAILED_PRECONDITION in sidecar mode (the agent's
-  /// communicators live in its process) and in a world of one. The trainer
+  /// groups live in its process) and in a world of one. The trainer
   /// keeps its model state across epochs itself: at the first step of a
   /// new epoch it undoes abandoned steps and takes the world's state over
   /// this group (see `NextEpoch`; a returning rank needs the others'
   /// weights the same way).
-  absl::StatusOr<Communicator*> DataParallelGroup();
+  absl::StatusOr<c10d::ProcessGroup*> DataParallelGroup();
 
   /// This client's global rank.
   int rank() const;

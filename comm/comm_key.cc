@@ -20,38 +20,23 @@ absl::StatusOr<CommKey> CommKey::Make(std::vector<int> ranks, int64_t epoch,
 
 absl::Status CommKey::Validate() const {
   if (ranks.empty()) {
-    return absl::InvalidArgumentError("communicator group has no ranks");
+    return absl::InvalidArgumentError("group key has no ranks");
   }
   if (epoch < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("negative epoch in communicator key ", ToString()));
+        absl::StrCat("negative epoch in group key ", ToString()));
   }
   if (ranks.front() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("negative rank in communicator key ", ToString()));
+        absl::StrCat("negative rank in group key ", ToString()));
   }
   for (size_t i = 1; i < ranks.size(); ++i) {
     if (ranks[i] <= ranks[i - 1]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "communicator key ranks must be sorted and distinct: ", ToString()));
+          "group key ranks must be sorted and distinct: ", ToString()));
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<int> CommKey::MemberRank(int global_rank, const void* store,
-                                        absl::string_view who) const {
-  if (absl::Status s = Validate(); !s.ok()) return s;
-  const int rank = GroupRank(global_rank);
-  if (rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", global_rank, " is not a member of group ", ToString()));
-  }
-  if (store == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": null rendezvous store"));
-  }
-  return rank;
 }
 
 int CommKey::GroupRank(int global_rank) const {

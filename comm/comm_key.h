@@ -8,16 +8,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
-#include "comm/communicator.h"
 
 namespace dcp {
 
-// `Communicator`, the interface every group implements, is declared in
-// comm/communicator.h; this header adds what the agent keys its groups by.
-
 /// What a group is for. The same members in the same epoch may form two
-/// communicators: a sequence-parallel group of a plan's task, and the
+/// groups: a sequence-parallel group of a plan's task, and the
 /// data-parallel group of the whole world that syncs gradients; they must
 /// not be taken for each other (they meet under different store prefixes,
 /// and a warm-up of one must not stand in for the other).
@@ -26,10 +21,10 @@ enum class CommPurpose {
   kDataParallel,
 };
 
-/// Identifies one formation of a communicator group: its members (global
+/// Identifies one formation of a process group: its members (global
 /// ranks, sorted and distinct), the epoch of the plan that formed it and
 /// its purpose. A group re-formed in a later epoch (after a failure or a
-/// re-plan) is a different communicator.
+/// re-plan) is a different group.
 ///
 /// Build keys with `Make`, which sorts and validates; `IsValid` tells whether
 /// a key built by hand is well formed.
@@ -54,13 +49,6 @@ struct CommKey {
   /// The position of `global_rank` in `ranks` (its rank within the group),
   /// or -1 when it is not a member.
   int GroupRank(int global_rank) const;
-
-  /// What a member forming the group checks first: the key is valid,
-  /// `global_rank` is a member, and `store` (the rendezvous store it will
-  /// meet the others through) is not null. Its rank within the group, or
-  /// INVALID_ARGUMENT naming what is wrong (`who` prefixes the message).
-  absl::StatusOr<int> MemberRank(int global_rank, const void* store,
-                                 absl::string_view who) const;
 
   /// "[0,1,2]@3" ("[0,1,2]@3/dp" for a data-parallel group), for logs and
   /// error messages.

@@ -50,6 +50,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client_lib/client.h"
+#include "comm/process_groups.h"
 #include "common/clock.h"
 #include "common/model_spec.h"
 #include "common/security_flags.h"
@@ -61,7 +62,6 @@
 #include "proto/plan.pb.h"
 #include "scheduler/cli/job_config.h"
 #include "scheduler/server/scheduler_server.h"
-#include "train/process_groups.h"
 #include "train/rank_plan.h"
 #include "train/torch_threads.h"
 #include "train/trainer.h"
@@ -365,7 +365,7 @@ absl::Status RunRank() {
   client.agent.security = SecurityOptionsFromFlags();
   client.agent.rank = rank;
   client.agent.world_size = world;
-  client.communicators = false;  // The trainer forms its own c10d groups.
+  client.form_groups = false;  // The trainer forms its own c10d groups.
   ProcessGroups::Options groups;
   groups.rank = rank;
   const std::string prefix = absl::StrCat("rank ", rank, ": ");

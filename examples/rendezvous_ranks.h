@@ -11,10 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "comm/process_groups.h"
 #include "comm/scheduler_rendezvous_store.h"
 #include "common/model_spec.h"
 #include "scheduler/server/scheduler_server.h"
-#include "train/process_groups.h"
 
 namespace dcp::examples {
 

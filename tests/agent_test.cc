@@ -15,8 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "comm/comm_backend.h"
-#include "comm/fake_world_communicator.h"
+#include "comm/collectives.h"
 #include "common/clock.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
@@ -88,9 +87,6 @@ AgentOptions AgentFor(const SchedulerServer& server, int rank) {
   options.rendezvous_timeout = absl::Seconds(20);
   options.initial_backoff = absl::Milliseconds(50);
   options.max_backoff = absl::Milliseconds(400);
-  // The tests' collectives are on host memory: Gloo, also in a CUDA build
-  // on a GPU host (where kAuto would be NCCL, which takes device memory).
-  options.comm_backend = CommBackend::kGloo;
   return options;
 }
 
@@ -556,10 +552,10 @@ struct GroupRun {
 GroupRun RunGroupsOnTwoAgents(std::vector<std::unique_ptr<Agent>>& agents) {
   GroupRun run{std::vector<absl::Status>(2), std::vector<int>(2, 0),
                std::vector<AgentStats>(2)};
-  auto sum = [](Communicator& comm, int r) -> absl::Status {
-    float value = static_cast<float>(r + 1);
-    absl::Status s = comm.AllReduceSum(&value, 1);
-    if (!s.ok() || value != 3.0f) {
+  auto sum = [](c10d::ProcessGroup& group, int r) -> absl::Status {
+    double value = r + 1;
+    absl::Status s = AllReduceSum(group, absl::MakeSpan(&value, 1));
+    if (!s.ok() || value != 1 + 2) {
       return absl::InternalError(
           absl::StrCat("all-reduce: ", s.ToString(), " ", value));
     }
@@ -574,12 +570,12 @@ GroupRun RunGroupsOnTwoAgents(std::vector<std::unique_ptr<Agent>>& agents) {
       if (!next.ok()) return next.status();
       if (next->drained) return absl::OkStatus();
       for (const v1::CommGroup& group : next->step.groups()) {
-        absl::StatusOr<Communicator*> comm = agent.Group(group);
+        absl::StatusOr<c10d::ProcessGroup*> comm = agent.Group(group);
         if (!comm.ok()) return comm.status();
         if (absl::Status s = sum(**comm, r); !s.ok()) return s;
         ++run.groups_used[r];
       }
-      absl::StatusOr<Communicator*> world = agent.DataParallelGroup();
+      absl::StatusOr<c10d::ProcessGroup*> world = agent.DataParallelGroup();
       if (!world.ok()) return world.status();
       if (absl::Status s = sum(**world, r); !s.ok()) return s;
       if (absl::Status s = agent.ReportTimings(ReportOf(next->step)); !s.ok()) {
@@ -597,7 +593,7 @@ GroupRun RunGroupsOnTwoAgents(std::vector<std::unique_ptr<Agent>>& agents) {
   return run;
 }
 
-TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
+TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableProcessGroups) {
   auto server = StartServer(ServerOptions(2, 2, 2));
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<Agent>> agents(2);
@@ -614,7 +610,6 @@ TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
     };
     auto agent = Agent::Start(std::move(options));
     ASSERT_TRUE(agent.ok()) << agent.status();
-    EXPECT_EQ((*agent)->comm_backend(), CommBackend::kGloo);
     agents[r] = *std::move(agent);
   }
   const GroupRun run = RunGroupsOnTwoAgents(agents);
@@ -639,46 +634,6 @@ TEST(AgentTest, FormsEachGroupOnceAndHandsOutUsableCommunicators) {
   foreign.set_rendezvous_prefix("x/");
   EXPECT_EQ(agents[0]->Group(foreign).status().code(),
             absl::StatusCode::kInvalidArgument);
-}
-
-// The NCCL path's logic on the CPU: the same loop, with every group and the
-// data-parallel group split from one world per epoch (a FakeWorld standing
-// in for NCCL's), formed through the per-step exchange of both agents.
-TEST(AgentTest, SplitsGroupsFromTheEpochsWorldAsStepsArrive) {
-  auto server = StartServer(ServerOptions(2, 2, 3));
-  ASSERT_NE(server, nullptr);
-  FakeWorlds worlds(2, absl::Seconds(20));
-  std::vector<std::unique_ptr<Agent>> agents(2);
-  std::atomic<int> formed[2] = {0, 0};
-  for (int r = 0; r < 2; ++r) {
-    AgentOptions options = AgentFor(*server, r);
-    options.on_group_formed = [&formed, r](absl::Duration) { ++formed[r]; };
-    options.make_world = [&worlds](const CommKey& world, int rank,
-                                   const std::string& prefix,
-                                   RendezvousStoreInterface* store) {
-      EXPECT_EQ(world.ranks.size(), 2u);
-      EXPECT_THAT(prefix, HasSubstr(absl::StrCat("/e", world.epoch, "/world/")));
-      EXPECT_NE(store, nullptr);
-      return worlds.Member(world.epoch, rank);
-    };
-    auto agent = Agent::Start(options);
-    ASSERT_TRUE(agent.ok()) << agent.status();
-    EXPECT_EQ((*agent)->comm_backend(), CommBackend::kNccl);
-    agents[r] = *std::move(agent);
-  }
-  const GroupRun run = RunGroupsOnTwoAgents(agents);
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(run.results[r].ok()) << "rank " << r << ": " << run.results[r];
-    EXPECT_GE(run.groups_used[r], 1) << "rank " << r;
-    EXPECT_EQ(run.stats[r].groups_live, 2) << "rank " << r;
-    EXPECT_EQ(run.stats[r].group_failures, 0);
-    // The cache took each split group once: two timed formations.
-    EXPECT_EQ(formed[r], 2) << "rank " << r;
-  }
-  // One world (epoch 0), split into the data-parallel group and [0, 1]: a
-  // group is split once however many steps use it.
-  EXPECT_EQ(worlds.World(0)->splits(), 2);
-  for (std::unique_ptr<Agent>& agent : agents) agent->Shutdown();
 }
 
 }  // namespace

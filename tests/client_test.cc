@@ -19,14 +19,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "comm/comm_backend.h"
-#include "comm/fake_world_communicator.h"
+#include "comm/collectives.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/planner/plan.h"
-#include "scheduler/server/scheduler_server.h"
 #include "scheduler/planner/step_builder.h"
+#include "scheduler/server/scheduler_server.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_service.h"
 
@@ -80,9 +79,6 @@ ClientOptions InProcess(const SchedulerServer& server, int rank) {
   options.agent.rank = rank;
   options.agent.world_size = kWorld;
   options.agent.rendezvous_timeout = absl::Seconds(20);
-  // The loop's collectives are on host memory: Gloo, also in a CUDA build
-  // on a GPU host (where kAuto would be NCCL, which takes device memory).
-  options.agent.comm_backend = CommBackend::kGloo;
   options.step_timeout = absl::Seconds(30);
   return options;
 }
@@ -123,12 +119,12 @@ void TrainingLoop(Client& client, RankLog& log) {
       }
       if (task.group_ranks.size() > 1) {
         if (task.group == nullptr) {
-          log.status = absl::InternalError("no communicator for a group");
+          log.status = absl::InternalError("no process group for a group");
           return;
         }
-        float value = static_cast<float>(client.rank() + 1);
-        absl::Status s = task.group->AllReduceSum(&value, 1);
-        if (!s.ok() || value != 3.0f) {
+        double value = client.rank() + 1;
+        absl::Status s = AllReduceSum(*task.group, absl::MakeSpan(&value, 1));
+        if (!s.ok() || value != 1 + 2) {
           log.status = absl::InternalError(
               absl::StrCat("all-reduce: ", s.ToString(), " -> ", value));
           return;
@@ -140,16 +136,16 @@ void TrainingLoop(Client& client, RankLog& log) {
     // The gradient sync: in-process, over the client's data-parallel group.
     double sync_seconds = 0;
     if (client.agent() != nullptr) {
-      absl::StatusOr<Communicator*> world = client.DataParallelGroup();
+      absl::StatusOr<c10d::ProcessGroup*> world = client.DataParallelGroup();
       if (!world.ok()) {
         log.status = world.status();
         return;
       }
-      float gradient = static_cast<float>(client.rank() + 1);
+      double gradient = client.rank() + 1;
       const absl::Time start = absl::Now();
-      absl::Status s = (*world)->AllReduceSum(&gradient, 1);
+      absl::Status s = AllReduceSum(**world, absl::MakeSpan(&gradient, 1));
       sync_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-      if (!s.ok() || gradient != 3.0f) {
+      if (!s.ok() || gradient != 1 + 2) {
         log.status = absl::InternalError(
             absl::StrCat("gradient sync: ", s.ToString(), " -> ", gradient));
         return;
@@ -257,36 +253,6 @@ TEST(ClientTest, InProcessTwoRanksRunFiveSteps) {
     // sync's data-parallel group, each formed once.
     EXPECT_EQ(stats.groups_live, 2);
   }
-}
-
-// The in-process client on the NCCL path's logic, run on the CPU: the
-// tasks' groups and the gradient sync's group are split from one world per
-// epoch (a FakeWorld for NCCL's) as the steps arrive.
-TEST(ClientTest, InProcessClientsOnTheSplitPathRunTheSameLoop) {
-  constexpr int64_t kSteps = 4;
-  auto server = StartServer(kSteps);
-  ASSERT_NE(server, nullptr);
-  FakeWorlds worlds(kWorld, absl::Seconds(20));
-  std::vector<std::unique_ptr<Client>> clients(kWorld);
-  for (int r = 0; r < kWorld; ++r) {
-    ClientOptions options = InProcess(*server, r);
-    options.agent.make_world = [&worlds](const CommKey& world, int rank,
-                                         const std::string&,
-                                         RendezvousStoreInterface*) {
-      return worlds.Member(world.epoch, rank);
-    };
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    EXPECT_EQ((*client)->agent()->comm_backend(), CommBackend::kNccl);
-    clients[r] = *std::move(client);
-  }
-  std::vector<RankLog> logs = RunTrainingLoops(clients);
-  ASSERT_NO_FATAL_FAILURE(ExpectEveryRankRan(logs, kSteps));
-  for (int r = 0; r < kWorld; ++r) {
-    EXPECT_EQ(clients[r]->agent()->Stats().groups_live, 2);
-  }
-  // The data-parallel group and [0, 1], each split once.
-  EXPECT_EQ(worlds.World(0)->splits(), 2);
 }
 
 TEST(ClientTest, ReportStepChecksItsInput) {

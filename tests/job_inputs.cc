@@ -131,10 +131,8 @@ ServingAgents StartServingAgents(const std::string& name,
     out.sockets.push_back(absl::StrCat(out.dir, "/agent-", r, ".sock"));
     std::vector<std::string> argv =
         AgentArgs(address, r, world, /*log_file=*/"");
-    argv.insert(argv.end(), {"--mode=serve", "--socket=" + out.sockets.back(),
-                             // The ranks share a host and its GPU 0: their
-                             // agents' groups stay on Gloo.
-                             "--comm_backend=gloo"});
+    argv.insert(argv.end(),
+                {"--mode=serve", "--socket=" + out.sockets.back()});
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     out.agents.push_back(Spawn(absl::StrCat(name, "-agent-", r), argv));
     out.argv.push_back(std::move(argv));

@@ -15,7 +15,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "comm/comm_backend.h"
 #include "common/grpc_credentials.h"
 #include "common/grpc_status.h"
 #include "common/model_spec.h"
@@ -438,7 +437,6 @@ TEST_F(SecurityTest, AgentRegistersOverMutualTlsWithTokenAndJobId) {
   options.scheduler_address = server->address();
   options.rank = 0;
   options.connect_timeout = absl::Seconds(10);
-  options.comm_backend = CommBackend::kGloo;
   options.security = ClientTls(/*certificate=*/true);
   options.security.auth_token_file = pki_->token;
   options.security.job_id = "job-b";

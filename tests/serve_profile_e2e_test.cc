@@ -6,7 +6,7 @@
 // their trainers get step 0, and the scheduler refits from the profile
 // before it plans step 0. Without the model's shape a serving agent skips
 // the profile with a warning and still serves; a model flag that does not
-// load, or a --comm_backend that cannot run, fails it at start-up.
+// load fails it at start-up.
 
 #include <unistd.h>
 
@@ -20,7 +20,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client_lib/client.h"
-#include "comm/comm_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -234,44 +233,6 @@ TEST(ServeProfileE2eTest, AModelConfigThatDoesNotLoadFailsAtStartUp) {
   const std::string err = ReadFile(agent[0].err_path);
   EXPECT_THAT(err, HasSubstr(missing));
   EXPECT_THAT(err, Not(HasSubstr("registered")));
-}
-
-// --comm_backend is checked before the agent contacts the scheduler (none
-// listens here): a choice that cannot run says why and what to pass.
-TEST(ServeProfileE2eTest, ACommBackendThatCannotRunFailsAtStartUp) {
-  struct Case {
-    std::vector<std::string> flags;
-    std::string message;
-  };
-  std::vector<Case> cases = {
-      {{"--mode=serve", "--comm_backend=mpi"}, "auto, gloo or nccl"},
-      {{"--mode=execute", "--comm_backend=nccl"},
-       "execute mode forms no agent groups"},
-  };
-  const CommEnvironment env = DetectCommEnvironment();
-  if (!env.built_with_cuda) {
-    cases.push_back({{"--mode=serve", "--comm_backend=nccl"},
-                     "built without CUDA"});
-  } else if (env.devices == 0) {
-    cases.push_back({{"--mode=serve", "--comm_backend=nccl"},
-                     "no CUDA device"});
-  }
-  for (size_t i = 0; i < cases.size(); ++i) {
-    std::vector<std::string> argv =
-        AgentArgs("127.0.0.1:1", /*rank=*/0, /*world_size=*/0, /*log_file=*/"");
-    argv.push_back("--connect_timeout=60s");
-    argv.insert(argv.end(), cases[i].flags.begin(), cases[i].flags.end());
-    std::vector<Child> agent = {
-        Spawn(absl::StrCat("bad-backend-agent-", i), argv)};
-    if (!ExpectAllExit(agent, absl::Now() + absl::Seconds(30),
-                       "the agent did not fail at start-up")) {
-      return;
-    }
-    EXPECT_EQ(agent[0].exit_code, 1) << cases[i].message;
-    const std::string err = ReadFile(agent[0].err_path);
-    EXPECT_THAT(err, HasSubstr(cases[i].message));
-    EXPECT_THAT(err, Not(HasSubstr("registered")));
-  }
 }
 
 }  // namespace

@@ -37,6 +37,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client_lib/client.h"
+#include "comm/collectives.h"
 #include "common/status_macros.h"
 #include "worker_agent/step_execution.h"
 
@@ -84,9 +85,9 @@ absl::Status RunTasks(const Step& step, int rank, StepExecution& done,
     const int64_t tokens =
         std::accumulate(task.lengths.begin(), task.lengths.end(), int64_t{0});
     if (task.group != nullptr) {
-      float members = 1;
-      RETURN_IF_ERROR(task.group->AllReduceSum(&members, 1));
-      if (members != static_cast<float>(task.group_ranks.size())) {
+      double members = 1;
+      RETURN_IF_ERROR(AllReduceSum(*task.group, absl::MakeSpan(&members, 1)));
+      if (members != static_cast<double>(task.group_ranks.size())) {
         return absl::FailedPreconditionError(absl::StrCat(
             "step ", step.step, " task ", task.task_index, ": its group ",
             Ranks(task.group_ranks), " summed ", members, " members"));
@@ -110,14 +111,14 @@ absl::StatusOr<int64_t> SyncTokens(Client& client, const Step& step,
                                    const std::vector<int>& world,
                                    int64_t led) {
   if (world.size() < 2) return led;
-  ASSIGN_OR_RETURN(Communicator * group, client.DataParallelGroup());
-  float sums[2] = {static_cast<float>(led), 1.0f};
-  RETURN_IF_ERROR(group->AllReduceSum(sums, 2));
-  if (group->size() != static_cast<int>(world.size()) ||
-      sums[1] != static_cast<float>(world.size())) {
+  ASSIGN_OR_RETURN(c10d::ProcessGroup * group, client.DataParallelGroup());
+  double sums[2] = {static_cast<double>(led), 1.0};
+  RETURN_IF_ERROR(AllReduceSum(*group, absl::MakeSpan(sums, 2)));
+  if (group->getSize() != static_cast<int>(world.size()) ||
+      sums[1] != static_cast<double>(world.size())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step ", step.step, " of epoch ", step.epoch, ": the data-parallel "
-        "group has ", group->size(), " members and ", sums[1],
+        "group has ", group->getSize(), " members and ", sums[1],
         " contributed, but the world is ", Ranks(world)));
   }
   return static_cast<int64_t>(sums[0]);
@@ -148,7 +149,6 @@ absl::Status Train() {
   options.agent.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   options.agent.rank = absl::GetFlag(FLAGS_rank);
   options.agent.world_size = world_size;
-  options.agent.comm_backend = CommBackend::kGloo;
   options.agent.rendezvous_timeout = absl::GetFlag(FLAGS_rendezvous_timeout);
   options.agent.world_timeout = absl::GetFlag(FLAGS_world_timeout);
   options.step_timeout = absl::GetFlag(FLAGS_step_timeout);

@@ -30,7 +30,7 @@ rules=(
 
   "$(delivered '//worker_agent/... + //client_lib/... + //comm/... + //train/...')"
   "//scheduler/..."
-  "the agent, the client, the trainer and their communicators speak the wire schema, never the scheduler's code"
+  "the agent, the client, the trainer and their process groups speak the wire schema, never the scheduler's code"
 
   "$(libraries '//scheduler/planner/... + //scheduler/lengths/...')"
   "//scheduler/control/... + //scheduler/server/... + //scheduler/eval/... + @grpc//..."

@@ -11,27 +11,25 @@
 #
 # Steps, each bounded by a share of the budget and by what is left of it, each
 # with its exit status in the summary; a GPU step without a GPU (or without
-# torch.cuda, or without NCCL) skips and says why:
+# torch.cuda) skips and says why:
 #   1. the host: nvidia-smi, cores, nvcc/CMake/ninja, python3 and torch, and
 #      whether every bundled binary finds its libraries here;
 #   2. the CUDA layout kernels: their GPU tests against the CPU references and
 #      their bandwidth benchmark (without a GPU the tests list their cases
 #      and the benchmark says it has no GPU: they start);
-#   3. a world-1 NCCL group: comm/nccl_communicator_gpu_test (without a GPU
-#      its cases skip themselves);
-#   4. forward+backward of examples/model.py on the GPU over a grid of
+#   3. forward+backward of examples/model.py on the GPU over a grid of
 #      (length, recompute), timed into a profile table
 #      (tools/device/profile_model.py; on a torch without CUDA a short CPU
 #      table instead), then dcp-plan fitted to that table (or to
 #      tools/device/profile_sample.csv when there is none);
-#   5. the plan-delivery benchmark with the host's cores, paced at 10 steps/s
+#   4. the plan-delivery benchmark with the host's cores, paced at 10 steps/s
 #      and flat out (goal: a step delivered to 1,024 agents within 5 ms at
 #      p99, and 10 steps/s).
 # Everything it prints is saved in ${OUT:-/tmp}/device_check/: device_check.log
 # (all of it), summary.txt, profile.csv and dcp-plan's stats (plan_*.json).
 # Knobs: DCP_BUNDLE (default device_bundle), PYTHON (python3),
-# DCP_NCCL_LIB_DIR (see the bundle's run.sh), DEVICE_CHECK_AGENTS (256,1024),
-# DEVICE_CHECK_STEPS (100). Exit status: 1 when a step failed or timed out.
+# DEVICE_CHECK_AGENTS (256,1024), DEVICE_CHECK_STEPS (100). Exit status: 1 when
+# a step failed or timed out.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit
 
@@ -108,7 +106,7 @@ binaries() { [[ -f "${bundle}/MANIFEST" ]] && awk -v r="$1" '$1 == r { print $2 
 
 # ---- 1. the host ----------------------------------------------------------
 begin host 10
-have_gpu=0 have_torch=0 torch_cuda=0 have_bundle=0 nccl=none
+have_gpu=0 have_torch=0 torch_cuda=0 have_bundle=0
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ); $(uname -srm)"
   grep -h PRETTY_NAME /etc/os-release 2>/dev/null
@@ -151,14 +149,13 @@ unresolved=""
 if [[ -x "${bundle}/run.sh" && -f "${bundle}/MANIFEST" ]]; then
   have_bundle=1
   cat "${bundle}/BUILD_INFO" "${bundle}/MANIFEST"
-  nccl="$(bounded "${bundle}/run.sh" --nccl-dir)"
-  echo "NCCL for the bundle: ${nccl}"
   while read -r _ name _; do
     missing="$(bounded "${bundle}/run.sh" --check "${name}")"
     [[ -z "${missing}" ]] && continue
     echo "${name}: ${missing}"
-    # NCCL is the host's business; anything else is the bundle's.
-    grep -qv libnccl <<< "${missing}" && unresolved+=" ${name}"
+    # The bundle carries every library but glibc and the driver's: one
+    # missing here is the bundle's fault.
+    unresolved+=" ${name}"
   done < "${bundle}/MANIFEST"
   bundle_note="bundle of $(wc -l < "${bundle}/MANIFEST") binaries"
   [[ -z "${unresolved}" ]] || bundle_note+=", unresolved libraries in:${unresolved}"
@@ -166,9 +163,9 @@ fi
 gpu_note="GPU: $( ((have_gpu)) && nvidia-smi -L | head -1 | cut -d'(' -f1 || echo none)"
 torch_note="torch: $( ((have_torch)) && echo "yes, cuda $( ((torch_cuda)) && echo yes || echo no)" || echo no)"
 if [[ -n "${unresolved}" ]]; then
-  finish FAIL "${gpu_note}; ${torch_note}; NCCL: ${nccl}; ${bundle_note}"
+  finish FAIL "${gpu_note}; ${torch_note}; ${bundle_note}"
 else
-  finish ok "${gpu_note}; ${torch_note}; NCCL: ${nccl}; ${bundle_note}"
+  finish ok "${gpu_note}; ${torch_note}; ${bundle_note}"
 fi
 
 # ---- 2. the CUDA layout kernels -------------------------------------------
@@ -209,32 +206,7 @@ else
   fi
 fi
 
-# ---- 3. a world-1 NCCL group ----------------------------------------------
-begin nccl 10
-mapfile -t nccl_tests < <(binaries nccl_test)
-if ((!have_bundle || ${#nccl_tests[@]} == 0)); then
-  finish skip "${bundle_note}; no nccl_test in it"
-elif [[ "${nccl}" == none ]]; then
-  if ((have_gpu)); then
-    finish FAIL "a GPU but no libnccl.so.2: not in pip's nvidia-nccl wheel, ldconfig or /usr/local/cuda (set DCP_NCCL_LIB_DIR)"
-  else
-    finish skip "no GPU, and no libnccl.so.2 for the test binary to load"
-  fi
-else
-  rc=0 note=""
-  for name in "${nccl_tests[@]}"; do
-    NCCL_DEBUG="${NCCL_DEBUG:-VERSION}" gtest "${name}" || rc=$?
-    note+="${name}: ${gtest_counts}; "
-    ((!have_gpu || !gtest_all_skipped)) || { rc=1; note+="a GPU, but every case skipped; "; }
-  done
-  if ((!have_gpu && rc == 0)); then
-    finish skip "no GPU: the test binary starts and its cases skip themselves; ${note}NCCL from ${nccl}"
-  else
-    finish "$(status_of "${rc}")" "${note}NCCL from ${nccl}"
-  fi
-fi
-
-# ---- 4. the model's profile on the GPU, and dcp-plan fitted to it ---------
+# ---- 3. the model's profile on the GPU, and dcp-plan fitted to it ---------
 begin profile 35
 profile="${out}/profile.csv"
 rm -f "${profile}"
@@ -296,7 +268,7 @@ else
   finish "$(status_of "${rc}")" "fitted to ${table}"
 fi
 
-# ---- 5. plan delivery with the host's cores -------------------------------
+# ---- 4. plan delivery with the host's cores -------------------------------
 begin delivery 100
 mapfile -t benchmarks < <(binaries delivery_benchmark)
 if ((!have_bundle || ${#benchmarks[@]} == 0)); then

@@ -10,17 +10,15 @@
 #   bin/NAME     the binaries of TARGETS and KERNEL_TARGETS below
 #   lib/         their shared libraries (found with ldd), libstdc++ and
 #                libgcc_s included: the host's distribution is not known
-#   run.sh NAME [ARGS...]   runs bin/NAME with lib/ (and the host's NCCL) on
-#                LD_LIBRARY_PATH; `run.sh --nccl-dir` prints where NCCL was
-#                found, `run.sh --check NAME` lists libraries left unresolved
+#   run.sh NAME [ARGS...]   runs bin/NAME with lib/ on LD_LIBRARY_PATH;
+#                `run.sh --check NAME` lists libraries left unresolved
 #   MANIFEST     one line per binary: role, name, Bazel label
 #   BUILD_INFO   commit, date, toolkit, sizes
 # Left out: glibc (libc, libm, libdl, libpthread, librt, the loader), whose
-# symbol versions the host must provide; the driver's libcuda; and NCCL when it
-# does not fit (run.sh then finds the host's, which pip PyTorch ships in the
-# nvidia-nccl wheel). The bundle and the working tree travel together, under
-# the device tool's 64 MiB: this script fails when they would not fit, or when
-# the bundle alone is over DCP_BUNDLE_MAX_MIB (default 60).
+# symbol versions the host must provide, and the driver's libcuda. The bundle
+# and the working tree travel together, under the device tool's 64 MiB: this
+# script fails when they would not fit, or when the bundle alone is over
+# DCP_BUNDLE_MAX_MIB (default 60).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit
 
@@ -33,7 +31,6 @@ KERNEL_TARGETS=(
 
 # role label: the roles tools/device_check.sh looks for in MANIFEST.
 TARGETS=(
-  "nccl_test //comm:nccl_communicator_gpu_test"
   "planner //scheduler/eval:dcp-plan"
   "delivery_benchmark //scheduler/delivery:plan_delivery_benchmark"
 )
@@ -117,9 +114,17 @@ for i in "${!labels[@]}"; do
   echo "${roles[$i]} ${name} ${label}" >> "${out}/MANIFEST"
   sources+=("${src}")
 done
-# A stale binary from an earlier CUDA-less build would lack NCCL: refuse it.
-ldd "${bin_root}/comm/nccl_communicator_gpu_test" | grep -q libnccl ||
-  die "nccl_communicator_gpu_test links no NCCL: not a --config=cuda build"
+# A --config=cuda build links the kernels' GPU test against the toolkit's
+# shared libcudart (//third_party/cuda:cuda_runtime passes -lcudart; the
+# test's linkstatic covers only dcp's own libraries): one without it is not
+# that build, so refuse it. When the test was left out above (undeclared, or
+# it did not build) the bundle has no CUDA binary, and bazel-bin may hold a
+# stale one: nothing to check.
+cuda_test=//kernels:ulysses_layout_cuda_gpu_test
+if [[ -v "built[${cuda_test}]" ]]; then
+  ldd "${bin_root}/kernels/ulysses_layout_cuda_gpu_test" | grep -q libcudart ||
+    die "${cuda_test} links no libcudart: not a --config=cuda build"
+fi
 
 # Shared libraries, resolved from the build tree (its RUNPATHs point at
 # Bazel's _solib folders and at the CUDA toolkit).
@@ -132,72 +137,24 @@ for src in "${sources[@]}"; do
   done < <(ldd "${src}" | grep '=>')
 done
 
-nccl_note=""
 for soname in "${!lib_path[@]}"; do
-  [[ "${soname}" == libnccl.so* ]] && continue
   cp -L "${lib_path[${soname}]}" "${out}/lib/${soname}"
   chmod u+w "${out}/lib/${soname}"
   strip --strip-unneeded "${out}/lib/${soname}" 2>/dev/null || true
 done
-if [[ -v "lib_path[libnccl.so.2]" ]]; then
-  nccl_bytes="$(stat -L -c %s "${lib_path[libnccl.so.2]}")"
-  room=$((max_mib * 1048576 - $(bytes_of "${out}")))
-  if ((nccl_bytes < room)); then
-    cp -L "${lib_path[libnccl.so.2]}" "${out}/lib/libnccl.so.2"
-    nccl_note="bundled ($(mib "${nccl_bytes}") MiB)"
-  else
-    nccl_note="not bundled ($(mib "${nccl_bytes}") MiB, over the"
-    nccl_note+=" $(mib "${room}") MiB left): run.sh finds the host's"
-  fi
-fi
 
 cat > "${out}/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs a bundled binary with the bundle's libraries (written by
 # tools/make_device_bundle.sh; see there).
-#   run.sh NAME [ARGS...] | run.sh --nccl-dir | run.sh --check NAME
-# NCCL: $DCP_NCCL_LIB_DIR when set, else the bundle's own copy, else a pip
-# wheel's (nvidia-nccl*, as pip PyTorch installs it) seen by python3, else the
-# loader's default search (ldconfig, /usr/local/cuda/lib64).
+#   run.sh NAME [ARGS...] | run.sh --check NAME
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-nccl_dir() {
-  if [[ -n "${DCP_NCCL_LIB_DIR:-}" ]]; then echo "${DCP_NCCL_LIB_DIR}"; return; fi
-  [[ -f "${here}/lib/libnccl.so.2" ]] && { echo "${here}/lib"; return; }
-  local found
-  found="$(${PYTHON:-python3} - 2>/dev/null <<'PY'
-import glob, os, sys
-hits = []
-try:
-    import nvidia.nccl as m
-    for p in getattr(m, "__path__", []):
-        hits += glob.glob(os.path.join(p, "lib", "libnccl.so.2"))
-except Exception:
-    pass
-for p in sys.path:
-    hits += glob.glob(os.path.join(p, "nvidia", "nccl", "lib", "libnccl.so.2"))
-    hits += glob.glob(os.path.join(p, "nvidia", "*", "lib", "libnccl.so.2"))
-if hits:
-    print(os.path.dirname(os.path.abspath(hits[0])))
-PY
-)"
-  if [[ -n "${found}" ]]; then echo "${found}"; return; fi
-  if ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then echo system; return; fi
-  [[ -f /usr/local/cuda/lib64/libnccl.so.2 ]] && { echo system; return; }
-  echo none
-}
-
-library_path() {
-  local dir="${here}/lib" nccl
-  nccl="$(nccl_dir)"
-  [[ "${nccl}" == /* ]] && dir="${dir}:${nccl}"
-  echo "${dir}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-}
+library_path() { echo "${here}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"; }
 
 case "${1:-}" in
-  "") echo "usage: $0 NAME [ARGS...] | --nccl-dir | --check NAME" >&2; exit 2 ;;
-  --nccl-dir) nccl_dir ;;
+  "") echo "usage: $0 NAME [ARGS...] | --check NAME" >&2; exit 2 ;;
   --check)
     LD_LIBRARY_PATH="$(library_path)" ldd "${here}/bin/${2:?NAME}" |
       grep -E 'not found|no version' ;
@@ -221,7 +178,6 @@ bundle_bytes="$(bytes_of "${out}")"
   echo "made: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "toolkit: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
   echo "needs: ${glibc_needed:-no versioned glibc}, a GPU driver for the CUDA runtime bundled"
-  echo "nccl: ${nccl_note:-not linked}"
   echo "bundle: $(mib "${bundle_bytes}") MiB; working tree: $(mib "${tree_bytes}") MiB"
 } > "${out}/BUILD_INFO"
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/barrier.h"
 #include "comm/comm_key.h"
+#include "comm/process_groups.h"
 #include "comm/rendezvous_store.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
@@ -25,7 +26,6 @@
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
-#include "train/process_groups.h"
 #include "train/sequence_layout.h"
 #include "train/transformer.h"
 

@@ -10,8 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "comm/collectives.h"
 #include "comm/comm_key.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
@@ -23,7 +24,6 @@ namespace dcp::train {
 
 using trainer_internal::AllReduce;
 using trainer_internal::Annotate;
-using trainer_internal::ExceptionText;
 using trainer_internal::Where;
 using trainer_internal::WhereTask;
 

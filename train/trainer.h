@@ -11,10 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "comm/process_groups.h"
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "train/corpus.h"
-#include "train/process_groups.h"
 #include "train/rank_plan.h"
 #include "train/transformer.h"
 

@@ -8,13 +8,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "comm/collectives.h"
 #include "common/status_macros.h"
 #include "train/trainer_internal.h"
 
 namespace dcp::train::trainer_inputs {
 namespace {
 
-using trainer_internal::ExceptionText;
 
 // A task's samples as they are packed, before they become tensors: token
 // ids (a causal model) or features, `dim` values a token.

@@ -2,11 +2,9 @@
 
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "c10/util/Exception.h"
+#include "comm/collectives.h"
 
 namespace dcp::train::trainer_internal {
 
@@ -24,40 +22,6 @@ std::string WhereTask(const RankPlan& plan, const RankTask& task) {
 absl::Status Annotate(const absl::Status& status, const std::string& where) {
   return absl::Status(status.code(),
                       absl::StrCat(where, ": ", status.message()));
-}
-
-std::string ExceptionText(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
-    return c10->what_without_backtrace();
-  }
-  return e.what();
-}
-
-absl::Status RunCollective(
-    const std::string& what,
-    absl::FunctionRef<c10::intrusive_ptr<c10d::Work>()> start) {
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = start();
-  } catch (const std::exception& e) {
-    // Refused before anything was sent (an argument c10d checks, such as a
-    // root outside the group): the caller's mistake, not a lost peer.
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " could not start: ", ExceptionText(e)));
-  }
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    const std::string text = ExceptionText(e);
-    const std::string lower = absl::AsciiStrToLower(text);
-    const std::string message = absl::StrCat(what, " failed: ", text);
-    if (absl::StrContains(lower, "timed out") ||
-        absl::StrContains(lower, "timeout")) {
-      return absl::DeadlineExceededError(message);
-    }
-    return absl::UnavailableError(message);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status AllReduce(c10d::ProcessGroup& world, at::Tensor& tensor,

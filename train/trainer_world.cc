@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/collectives.h"
 #include "common/status_macros.h"
 #include "train/trainer.h"
 #include "train/trainer_internal.h"
@@ -25,7 +26,6 @@ namespace dcp::train {
 using trainer_internal::AllReduce;
 using trainer_internal::Annotate;
 using trainer_internal::Broadcast;
-using trainer_internal::ExceptionText;
 using trainer_internal::Where;
 
 absl::StatusOr<StepStats> RankTrainer::StepInWorld(const RankPlan& plan,

@@ -10,13 +10,10 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "comm/communicator_cache.h"
-#include "comm/gloo_communicator.h"
-#include "comm/nccl_communicator.h"
-#include "comm/nccl_world_communicator.h"
+#include "comm/process_groups.h"
 #include "comm/scheduler_rendezvous_store.h"
-#include "comm/split_group_former.h"
 #include "common/grpc_credentials.h"
+#include "common/rpc_timeout.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -26,7 +23,6 @@
 #include "worker_agent/profile_responder.h"
 #include "worker_agent/registration.h"
 #include "worker_agent/report_sender.h"
-#include "common/rpc_timeout.h"
 #include "worker_agent/step_mailbox.h"
 
 namespace dcp {
@@ -57,10 +53,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SchedulerChannel(
 
 }  // namespace
 
-Agent::Agent(AgentOptions options, CommBackend backend,
+Agent::Agent(AgentOptions options,
              std::shared_ptr<grpc::ChannelInterface> channel)
     : options_(std::move(options)),
-      backend_(backend),
       clock_(options_.clock != nullptr ? options_.clock : RealClock::Default()),
       channel_(std::move(channel)),
       stub_(std::make_unique<Stub>()) {
@@ -88,16 +83,8 @@ Agent::Agent(AgentOptions options, CommBackend backend,
     return options_.run_profile(*this, request, groups);
   };
   profile.form_group = [this](const CommKey& key, const std::string& prefix)
-      -> absl::StatusOr<Communicator*> {
-    if (former_ != nullptr) {
-      // Splits happen per plan step, on every rank; a profile request is
-      // not one.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "profile group ", key.ToString(),
-          ": the agent's NCCL groups are split from the world per plan "
-          "step, not for profiles; a profile forms groups of its own"));
-    }
-    return cache_->Get(key, prefix);
+      -> absl::StatusOr<c10d::ProcessGroup*> {
+    return groups_->Get(key, prefix);
   };
   profiles_ =
       std::make_unique<ProfileResponder>(stub_->stub.get(), std::move(profile));
@@ -105,14 +92,10 @@ Agent::Agent(AgentOptions options, CommBackend backend,
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   RETURN_IF_ERROR(CheckAgentOptions(options));
-  // Before the scheduler hears of the rank: a backend that cannot run here
-  // fails at once.
-  ASSIGN_OR_RETURN(const CommBackend backend,
-                   AgentCommBackend(options, DetectCommEnvironment()));
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    SchedulerChannel(options));
-  auto agent = absl::WrapUnique(
-      new Agent(std::move(options), backend, std::move(channel)));
+  auto agent =
+      absl::WrapUnique(new Agent(std::move(options), std::move(channel)));
   RETURN_IF_ERROR(agent->RegisterFirst());
   RETURN_IF_ERROR(agent->StartStreams());
   return agent;
@@ -135,7 +118,7 @@ absl::Status Agent::StartStreams() {
   ASSIGN_OR_RETURN(scheduler_store_,
                    SchedulerRendezvousStore::Create(channel_, store_options));
   store_ = std::make_unique<CancellableStore>(scheduler_store_.get(), clock_);
-  RETURN_IF_ERROR(StartCache());
+  RETURN_IF_ERROR(StartGroups());
 
   PlanReaderOptions reader;
   reader.rank = options_.rank;
@@ -148,10 +131,10 @@ absl::Status Agent::StartStreams() {
   reader.clock = clock_;
   reader.on_step_received = options_.on_step_received;
   if (options_.warm_groups) {
-    reader.on_groups = [this](int64_t epoch, int64_t step,
+    reader.on_groups = [this](int64_t epoch, int64_t /*step*/,
                               const std::vector<v1::CommGroup>& groups,
-                              const std::vector<int>& world) {
-      WarmGroups(epoch, step, groups, world);
+                              const std::vector<int>& /*world*/) {
+      WarmGroups(epoch, groups);
     };
   }
   if (options_.run_profile) {
@@ -165,101 +148,44 @@ absl::Status Agent::StartStreams() {
   return absl::OkStatus();
 }
 
-absl::Status Agent::StartCache() {
-  if (backend_ == CommBackend::kGloo) {
-    cache_ = std::make_unique<CommunicatorCache>(
-        TimedFactory([this](const CommKey& key, const std::string& prefix) {
-          return MakeGlooCommunicator(key, prefix);
-        }));
-    return absl::OkStatus();
-  }
-  SplitGroupFormer::Options former;
-  former.rank = options_.rank;
-  former.world_size = registration().world_size();
-  former.make_world = [this](int64_t epoch, const std::vector<int>& members) {
-    return MakeWorld(epoch, members);
+absl::Status Agent::StartGroups() {
+  ProcessGroups::Options groups;
+  groups.rank = options_.rank;
+  groups.hostname = options_.gloo_hostname;
+  groups.timeout = options_.rendezvous_timeout;
+  // The survivors of a shrink reach the new world's groups each when its
+  // own wait on the dead peer ended: a later epoch's groups wait longer.
+  const int64_t registered = registration().epoch();
+  groups.timeout_of = [this, registered](const CommKey& key) {
+    return GroupFormTimeout(options_, registered, key.epoch);
   };
-  former.take_timeout = options_.rendezvous_timeout;
-  former.clock = clock_;
-  ASSIGN_OR_RETURN(former_, SplitGroupFormer::Create(std::move(former)));
-  cache_ = std::make_unique<CommunicatorCache>(
-      TimedFactory([this](const CommKey& key, const std::string& /*prefix*/) {
-        return former_->Take(key);
-      }));
+  groups.clock = clock_;
+  groups.on_formed = options_.on_group_formed;
+  ASSIGN_OR_RETURN(groups_, ProcessGroups::Create(store_.get(), groups));
   return absl::OkStatus();
 }
 
-Agent::GroupFactory Agent::TimedFactory(GroupFactory form) {
-  if (!options_.on_group_formed) return form;
-  return [this, form = std::move(form)](const CommKey& key,
-                                        const std::string& prefix)
-             -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    const absl::Time start = clock_->Now();
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = form(key, prefix);
-    if (comm.ok()) options_.on_group_formed(clock_->Now() - start);
-    return comm;
-  };
-}
-
-absl::StatusOr<std::unique_ptr<Communicator>> Agent::MakeGlooCommunicator(
-    const CommKey& key, const std::string& prefix) {
-  GlooCommunicator::Options gloo;
-  gloo.hostname = options_.gloo_hostname;
-  gloo.timeout = options_.rendezvous_timeout;
-  gloo.form_timeout =
-      GroupFormTimeout(options_, registration().epoch(), key.epoch);
-  return GlooCommunicator::Create(key, options_.rank, prefix, store_.get(),
-                                  gloo);
-}
-
-absl::StatusOr<std::unique_ptr<WorldCommunicator>> Agent::MakeWorld(
-    int64_t epoch, const std::vector<int>& members) {
-  ASSIGN_OR_RETURN(const CommKey world, CommKey::Make(members, epoch));
-  const std::string prefix =
-      absl::StrCat(registration().session_id(), "/e", epoch, "/world/");
-  if (options_.make_world) {
-    return options_.make_world(world, options_.rank, prefix, store_.get());
-  }
-  NcclCommunicator::Options nccl;
-  nccl.device = options_.gpu;
-  nccl.timeout = options_.rendezvous_timeout;
-  nccl.clock = clock_;
-  return NcclWorldCommunicator::Create(world, options_.rank, prefix,
-                                       store_.get(), nccl);
-}
-
-void Agent::WarmGroups(int64_t epoch, int64_t step,
-                       const std::vector<v1::CommGroup>& groups,
-                       const std::vector<int>& world) {
+void Agent::WarmGroups(int64_t epoch,
+                       const std::vector<v1::CommGroup>& groups) {
   std::vector<CommGroupSpec> specs;
-  std::vector<std::vector<int>> members;
   for (const v1::CommGroup& group : groups) {
     if (group.ranks_size() < 2) continue;
     absl::StatusOr<CommKey> key = CommKey::Make(
         std::vector<int>(group.ranks().begin(), group.ranks().end()), epoch);
     // A malformed group is reported by `Group` when the step uses it; so is
-    // one without this rank (the former would refuse the whole step).
+    // one without this rank.
     if (!key.ok() || key->GroupRank(options_.rank) < 0) continue;
-    members.push_back(key->ranks);
     specs.push_back(CommGroupSpec{*std::move(key), group.rendezvous_prefix()});
   }
-  // Every step, also one without groups of this rank's: the world's ranks
-  // exchange their new groups at each step, on a world of the step's
-  // members (after a shrink, without the failed ranks).
-  if (former_ != nullptr) {
-    former_->AddStep(epoch, step, std::move(members), world);
-  }
-  if (!specs.empty()) cache_->Warm(specs).IgnoreError();
+  if (!specs.empty()) groups_->Warm(specs).IgnoreError();
 }
 
 Agent::~Agent() {
   Shutdown();
   // Waits for a warm-up in progress (its rendezvous was cancelled; a
   // connection under way ends by the rendezvous timeout) and destroys the
-  // communicators before the store they were formed through; then the
-  // former's world and the groups it still holds.
-  cache_.reset();
-  former_.reset();
+  // groups before the store they were formed through.
+  groups_.reset();
 }
 
 void Agent::Shutdown() {
@@ -268,19 +194,16 @@ void Agent::Shutdown() {
   reports_->Cancel();
   profiles_->Cancel();
   if (reader_ != nullptr) reader_->Cancel();
-  // NCCL: nothing splits any more, and a world collective waiting for peers
-  // that are leaving ends now.
-  if (former_ != nullptr) former_->Cancel();
   // Formations under way finish first (their peers are connecting to us);
   // then whatever still waits for peers is cancelled.
-  if (cache_ != nullptr) cache_->Quiesce(options_.shutdown_formation_grace);
+  if (groups_ != nullptr) groups_->Quiesce(options_.shutdown_formation_grace);
   if (store_ != nullptr) store_->Cancel();
   absl::MutexLock lock(&join_mu_);
   // Neither joins from its own thread (a callback must not shut the agent
   // down): it would wait for itself.
   if (reader_ != nullptr) reader_->Join();
   mailbox_->Join();
-  if (cache_ != nullptr) cache_->AbortAll();
+  if (groups_ != nullptr) groups_->AbortAll();
   // Unanswered reports on the streams fail over to ReportTimings, which
   // now refuses at once (shut down).
   reports_->CloseStreams();
@@ -344,7 +267,7 @@ void Agent::ReportTimingsAsync(const v1::TimingReport& report,
   reports_->ReportAsync(report, std::move(done));
 }
 
-absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
+absl::StatusOr<c10d::ProcessGroup*> Agent::Group(const v1::CommGroup& group) {
   std::vector<int> ranks(group.ranks().begin(), group.ranks().end());
   if (ranks.size() < 2 ||
       std::find(ranks.begin(), ranks.end(), options_.rank) == ranks.end()) {
@@ -357,11 +280,11 @@ absl::StatusOr<Communicator*> Agent::Group(const v1::CommGroup& group) {
     return absl::InvalidArgumentError(
         absl::StrCat("group ", group.id(),
                      " has no rendezvous prefix: plans must come from a "
-                     "scheduler to form communicators"));
+                     "scheduler to form process groups"));
   }
   ASSIGN_OR_RETURN(const int64_t epoch, GroupEpoch());
   ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch));
-  return cache_->Get(key, group.rendezvous_prefix());
+  return groups_->Get(key, group.rendezvous_prefix());
 }
 
 absl::StatusOr<int64_t> Agent::GroupEpoch() {
@@ -376,11 +299,11 @@ absl::StatusOr<int64_t> Agent::GroupEpoch() {
   }
   // A new world: the groups of the old one (a failed peer's among them)
   // are released, never used again.
-  if (evict) cache_->EvictBefore(epoch);
+  if (evict) groups_->EvictBefore(epoch);
   return epoch;
 }
 
-absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
+absl::StatusOr<c10d::ProcessGroup*> Agent::DataParallelGroup() {
   ASSIGN_OR_RETURN(const int64_t epoch, GroupEpoch());
   std::vector<int> ranks = WorldOf(epoch);
   if (ranks.size() < 2) {
@@ -388,10 +311,9 @@ absl::StatusOr<Communicator*> Agent::DataParallelGroup() {
         "the world of epoch ", epoch, " has one rank [",
         absl::StrJoin(ranks, ","), "]: no data-parallel group"));
   }
-  ASSIGN_OR_RETURN(CommKey key, CommKey::Make(std::move(ranks), epoch,
-                                              CommPurpose::kDataParallel));
-  return cache_->Get(
-      key, absl::StrCat(registration().session_id(), "/e", epoch, "/dp"));
+  return groups_->DataParallel(
+      std::move(ranks), epoch,
+      absl::StrCat(registration().session_id(), "/e", epoch, "/dp"));
 }
 
 RendezvousStoreInterface* Agent::rendezvous_store() const {
@@ -409,12 +331,12 @@ AgentStats Agent::Stats() const {
   stats.report_fallbacks = reports_->fallbacks();
   stats.profiles_sent = profiles_->sent();
   stats.profile_failures = profiles_->failures();
-  const CommunicatorCache::Stats cache = cache_->stats();
-  stats.cache_hits = cache.hits;
-  stats.cache_misses = cache.misses;
-  stats.groups_warmed = cache.warmed;
-  stats.group_failures = cache.build_failures;
-  stats.groups_live = cache.live;
+  const ProcessGroups::Stats groups = groups_->stats();
+  stats.cache_hits = groups.hits;
+  stats.cache_misses = groups.misses;
+  stats.groups_warmed = groups.warmed;
+  stats.group_failures = groups.failures;
+  stats.groups_live = groups.live;
   return stats;
 }
 

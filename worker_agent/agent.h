@@ -12,14 +12,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "comm/comm_backend.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "comm/rendezvous_store.h"
-#include "comm/world_communicator.h"
 #include "common/clock.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
 #include "worker_agent/agent_options.h"
+
+namespace c10d {
+class ProcessGroup;
+}  // namespace c10d
 
 namespace grpc {
 class ChannelInterface;
@@ -28,17 +30,16 @@ class ChannelInterface;
 namespace dcp {
 
 class CancellableStore;
-class CommunicatorCache;
 class PlanReader;
+class ProcessGroups;
 class ProfileResponder;
 class Registration;
 class ReportSender;
-class SplitGroupFormer;
 class StepMailbox;
 
 /// The per-rank agent of a dcp job: registers the rank with the
 /// dcp-scheduler, receives the rank's plans on a background stream, forms
-/// the communicator groups they use ahead of time and hands the steps out
+/// the c10d process groups they use ahead of time and hands the steps out
 /// in order. The dcp-agent daemon serves it to a trainer over a Unix socket
 /// (`AgentServer`) or runs the steps itself (execute mode); client_lib
 /// embeds it in the trainer's process.
@@ -47,11 +48,9 @@ class StepMailbox;
 /// step it has not received (the scheduler's `next_step` at start) and
 /// queues up to `prefetch_depth` RankSteps, dropping any whose (epoch, step)
 /// is not newer than the last received. Each new step's groups with p > 1
-/// are queued for warm-up in the `CommunicatorCache` (keyed by sorted ranks
-/// and epoch). On Gloo (`AgentOptions::comm_backend`) each forms under the
-/// plan's `rendezvous_prefix` through the scheduler's store; on NCCL every
-/// step goes to a `SplitGroupFormer`, which splits the groups off the
-/// epoch's world communicator, and the cache takes them from it. When the
+/// are queued for warm-up in the rank's `ProcessGroups` (keyed by sorted
+/// ranks and epoch), each formed as a ProcessGroupGloo under the plan's
+/// `rendezvous_prefix` through the scheduler's store. When the
 /// stream breaks (UNAVAILABLE, a lost
 /// connection) the reader registers again and resumes after the last step
 /// it received, with exponential backoff, at most `max_reconnect_attempts`
@@ -63,14 +62,15 @@ class StepMailbox;
 /// The agent only wires its parts: `Registration` (the Register calls),
 /// `PlanReader` (the stream's thread) filling a `StepMailbox` (what
 /// NextStep hands out), `ReportSender` (stream or unary reports),
-/// `ProfileResponder` and the `CommunicatorCache`. Every time read and wait
+/// `ProfileResponder` and the `ProcessGroups`. Every time read and wait
 /// of theirs is on `AgentOptions::clock`.
 ///
 /// Thread-safety: all methods may be called from any thread. `NextStep` is
 /// meant for one consumer (the training loop); `NextStepAsync` for the gRPC
-/// service, whose threads must not block. Communicators from `Group` are
-/// owned by the agent and stay valid until the agent is destroyed; like any
-/// communicator each is used by one thread at a time. Nothing crashes on
+/// service, whose threads must not block. Groups from `Group` are owned by
+/// the agent and stay valid until their epoch is released or the agent is
+/// destroyed; like any c10d group each is used by one thread at a time (the
+/// order of collectives must match on every member). Nothing crashes on
 /// errors: every failure comes back as a status.
 ///
 ///   AgentOptions options;
@@ -99,7 +99,7 @@ class Agent {
   /// scheduler cannot be reached (a TLS handshake it refuses among them).
   static absl::StatusOr<std::unique_ptr<Agent>> Start(AgentOptions options);
 
-  /// Shuts down and releases the communicators.
+  /// Shuts down and releases the groups.
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -126,14 +126,14 @@ class Agent {
   /// will never run. False when `done` has run or is running.
   bool CancelNextStep(int64_t id);
 
-  /// The communicator of `group` for the epoch of the last step handed out:
-  /// from the cache, or formed now (blocking until every member asks for it
-  /// or was warmed, up to `rendezvous_timeout`). Owned by the agent. Its
-  /// collectives take host pointers on Gloo, device pointers on GPU
-  /// `AgentOptions::gpu` on NCCL (`comm_backend()`). INVALID_ARGUMENT for a
-  /// group without this rank or with fewer than two ranks; the formation's
-  /// error otherwise.
-  absl::StatusOr<Communicator*> Group(const v1::CommGroup& group);
+  /// The c10d group (ProcessGroupGloo, CPU tensors) of `group` for the epoch
+  /// of the last step handed out: held already, or formed now (blocking
+  /// until every member asks for it or was warmed, up to
+  /// `rendezvous_timeout`). Owned by the agent. INVALID_ARGUMENT for a group
+  /// without this rank, with fewer than two ranks or without a rendezvous
+  /// prefix; the formation's error otherwise. A trainer on CUDA forms its
+  /// own NCCL groups through `rendezvous_store()` instead.
+  absl::StatusOr<c10d::ProcessGroup*> Group(const v1::CommGroup& group);
 
   /// The data-parallel group of the epoch's world for the epoch of the last
   /// step handed out: what the gradient sync closing a step all-reduces
@@ -142,16 +142,14 @@ class Agent {
   /// not say). Every member must ask for it, at the same point among its
   /// other collectives (after the step's tasks). It meets under
   /// "<session>/e<epoch>/dp" in the scheduler's store and is cached apart
-  /// from the plans' groups of the same members (`CommPurpose`); on NCCL it
-  /// is split off the epoch's world (which spans the same members) as the
-  /// epoch's first step arrives. Owned by the agent; host or device memory
-  /// as for `Group`.
+  /// from the plans' groups of the same members (`CommPurpose`). Owned by
+  /// the agent, as for `Group`.
   /// FAILED_PRECONDITION in a world of one rank.
   ///
   /// Once a step of a later epoch has been handed out, the next `NextStep`,
-  /// `Group` or `DataParallelGroup` releases the communicators of the
-  /// earlier epochs (the caller must not use them any more).
-  absl::StatusOr<Communicator*> DataParallelGroup();
+  /// `Group` or `DataParallelGroup` releases the groups of the earlier
+  /// epochs (the caller must not use them any more).
+  absl::StatusOr<c10d::ProcessGroup*> DataParallelGroup();
 
   /// Sends one step's timings to the scheduler, retrying UNAVAILABLE and
   /// DEADLINE_EXCEEDED a few times, and FAILED_PRECONDITION once the agent
@@ -181,53 +179,31 @@ class Agent {
   /// model).
   const v1::RegisterResponse& registration() const;
   int rank() const { return options_.rank; }
-  /// The library `Group` and `DataParallelGroup` run on: kGloo or kNccl
-  /// (`AgentOptions::comm_backend` resolved at `Start`).
-  CommBackend comm_backend() const { return backend_; }
   /// The clock the agent reads and waits on (`AgentOptions::clock`, or the
   /// system clock).
   Clock* clock() const { return clock_; }
 
   /// Stops the stream, fails pending and later NextStep calls with
-  /// UNAVAILABLE and aborts the communicators (collectives in flight fail
+  /// UNAVAILABLE and aborts the groups (collectives in flight fail
   /// instead of hanging); they are freed by the destructor. Idempotent.
   /// Not from a `NextStepAsync` or `ReportTimingsAsync` callback.
   void Shutdown();
 
  private:
-  Agent(AgentOptions options, CommBackend backend,
-        std::shared_ptr<grpc::ChannelInterface> channel);
+  Agent(AgentOptions options, std::shared_ptr<grpc::ChannelInterface> channel);
 
   /// Registers for the first time, waiting up to `connect_timeout`.
   absl::Status RegisterFirst();
-  /// The scheduler's store, the communicator cache over it and the plan
+  /// The scheduler's store, the process groups over it and the plan
   /// reader, after the first registration.
   absl::Status StartStreams();
-  /// The cache of this rank's communicators, over Gloo or NCCL.
-  absl::Status StartCache();
-  /// The cache's group factory: `form`, timed for
-  /// `AgentOptions::on_group_formed` when that is set.
-  using GroupFactory =
-      std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
-          const CommKey& key, const std::string& prefix)>;
-  GroupFactory TimedFactory(GroupFactory form);
-  /// A Gloo communicator of this rank's for `key`, formed through the
-  /// scheduler's store.
-  absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
-      const CommKey& key, const std::string& prefix);
-  /// The world communicator of `epoch` over `members` (the epoch's world)
-  /// the NCCL path splits groups from.
-  absl::StatusOr<std::unique_ptr<WorldCommunicator>> MakeWorld(
-      int64_t epoch, const std::vector<int>& members);
-  /// Queues the groups of a step just received for warm-up (and, on NCCL,
-  /// hands the step and its `world`, `RankStep.world_ranks`, to the
-  /// former).
-  void WarmGroups(int64_t epoch, int64_t step,
-                  const std::vector<v1::CommGroup>& groups,
-                  const std::vector<int>& world);
+  /// This rank's process groups, meeting through `store_`.
+  absl::Status StartGroups();
+  /// Queues the groups of this rank's of a step just received for warm-up.
+  void WarmGroups(int64_t epoch, const std::vector<v1::CommGroup>& groups);
   /// The epoch of the last step handed out (the registration's before any):
   /// the one groups are formed for. UNAVAILABLE after `Shutdown`. Releases
-  /// the communicators of earlier epochs.
+  /// the groups of earlier epochs.
   absl::StatusOr<int64_t> GroupEpoch();
   /// Remembers the world of a step handed out, for `DataParallelGroup`.
   void NoteWorld(const absl::StatusOr<NextStepResult>& result);
@@ -236,7 +212,6 @@ class Agent {
   std::vector<int> WorldOf(int64_t epoch) const;
 
   const AgentOptions options_;
-  const CommBackend backend_;
   Clock* const clock_;
   std::shared_ptr<grpc::ChannelInterface> channel_;
   struct Stub;
@@ -249,16 +224,14 @@ class Agent {
   /// formation waiting for peers that will not come ends at once.
   std::unique_ptr<RendezvousStoreInterface> scheduler_store_;
   std::unique_ptr<CancellableStore> store_;
-  /// NCCL only: splits the groups the cache takes off each epoch's world.
-  std::unique_ptr<SplitGroupFormer> former_;
-  std::unique_ptr<CommunicatorCache> cache_;
+  std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<PlanReader> reader_;
 
   /// Serialises `Shutdown`'s joins.
   absl::Mutex join_mu_;
 
   /// The world of the last step handed out, and the epoch before which the
-  /// cache's communicators were released.
+  /// groups were released.
   mutable absl::Mutex world_mu_;
   int64_t world_epoch_ ABSL_GUARDED_BY(world_mu_) = -1;
   std::vector<int> world_ranks_ ABSL_GUARDED_BY(world_mu_);

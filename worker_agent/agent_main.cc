@@ -1,5 +1,5 @@
 // dcp-agent: the per-rank agent of a dcp job. Registers the rank with the
-// dcp-scheduler, receives its plans and forms its communicator groups, and
+// dcp-scheduler, receives its plans and forms its process groups, and
 // either serves the plans to the training process beside it or runs them
 // itself.
 //
@@ -40,13 +40,11 @@
 // --profile_timeout). A --model or --model_config that does not load fails
 // either mode at start-up.
 //
-// --comm_backend=auto|gloo|nccl picks the library of the agent's own
-// communicator groups (the ones it forms as steps arrive, in serve mode):
-// auto is NCCL when this binary was built with --config=cuda and GPU --gpu
-// is present, Gloo otherwise; nccl where it cannot run fails at start-up,
-// saying why. Every agent of a job must end up on the same one. Execute
-// mode forms no agent groups: it trains on c10d Gloo process groups of its
-// own, because Debian's libtorch is CPU-only, so it takes auto or gloo.
+// The agent's own groups (the ones it forms as steps arrive, in serve mode
+// for a trainer that asks for them, in execute mode for its tasks) are c10d
+// ProcessGroupGloo groups over --gloo_hostname. A CUDA trainer beside a
+// serve-mode agent forms its NCCL groups itself (torch.distributed), meeting
+// under each task's rendezvous prefix.
 //
 // --metrics_listen=HOST:PORT serves Prometheus metrics (dcp_agent_*, listed
 // in README.md) on http://HOST:PORT/metrics (https:// with
@@ -81,7 +79,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "comm/comm_backend.h"
 #include "common/current_build_info.h"
 #include "common/file_util.h"
 #include "common/grpc_credentials.h"
@@ -143,15 +140,10 @@ ABSL_FLAG(int64_t, max_steps, 0,
 ABSL_FLAG(std::string, host, "",
           "Host name told to the scheduler (default: this machine's).");
 ABSL_FLAG(int, gpu, 0, "Local GPU index told to the scheduler.");
-ABSL_FLAG(std::string, comm_backend, "auto",
-          "Library of the agent's communicator groups: auto (NCCL when built "
-          "with --config=cuda and GPU --gpu is present, else Gloo), gloo or "
-          "nccl. Execute mode trains on c10d Gloo groups (CPU libtorch): "
-          "auto or gloo only.");
 ABSL_FLAG(std::string, gloo_hostname, "127.0.0.1",
-          "Address the Gloo communicators listen on.");
+          "Address the agent's Gloo process groups listen on.");
 ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Seconds(120),
-          "Bound on forming a communicator group and on each collective.");
+          "Bound on forming a process group and on each collective.");
 ABSL_FLAG(absl::Duration, world_timeout, absl::ZeroDuration(),
           "Bound on forming the groups of an epoch after the world changed "
           "(and, in execute mode, on the data-parallel group's all-reduces); "
@@ -387,17 +379,7 @@ absl::StatusOr<AgentOptions> OptionsFromFlags(const std::string& mode) {
     return absl::InvalidArgumentError("--rank is required (>= 0)");
   }
   RETURN_IF_ERROR(CheckModelFlags());
-  ASSIGN_OR_RETURN(const CommBackend backend,
-                   ParseCommBackend(absl::GetFlag(FLAGS_comm_backend)));
-  if (mode == "execute" && backend == CommBackend::kNccl) {
-    return absl::InvalidArgumentError(
-        "--comm_backend=nccl: execute mode forms no agent groups; it trains "
-        "on c10d Gloo process groups of its own (Debian's libtorch is "
-        "CPU-only). Use --mode=serve, or an in-process client, for NCCL "
-        "groups");
-  }
   AgentOptions options;
-  options.comm_backend = backend;
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   options.security = SecurityOptionsFromFlags();
   options.rank = absl::GetFlag(FLAGS_rank);
@@ -507,13 +489,12 @@ absl::Status Run() {
   const v1::RegisterResponse& hello = agent->registration();
   std::fprintf(stderr,
                "%s dcp-agent rank %d: registered with %s (%s; session %s, "
-               "model %s, world %d), resuming at step %lld, mode %s, groups "
-               "on %s\n",
+               "model %s, world %d), resuming at step %lld, mode %s\n",
                Now().c_str(), agent->rank(), options.scheduler_address.c_str(),
                DescribeChannelSecurity(options.security).c_str(),
                hello.session_id().c_str(), hello.model().c_str(),
                hello.world_size(), static_cast<long long>(hello.next_step()),
-               mode.c_str(), CommBackendName(agent->comm_backend()).c_str());
+               mode.c_str());
   Agent* a = agent.get();
   SignalWatcher watcher([a](int signal, int count) {
     if (count > 1) return;
@@ -537,7 +518,7 @@ int main(int argc, char** argv) {
       "[--task_clock=wall|cpu]\n"
       "    [--log_file=FILE] [--max_steps=S] [--train_seed=S] "
       "[--learning_rate=LR]\n"
-      "    [--comm_backend=auto|gloo|nccl] [--gpu=G]\n"
+      "    [--gpu=G] [--gloo_hostname=ADDR]\n"
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]\n"
       "    [--metrics_tls_cert=PEM --metrics_tls_key=PEM "
       "[--metrics_tls_ca=PEM]]\n"

@@ -26,7 +26,7 @@ absl::Status AgentMetrics::Register() {
   registry_->AddCollectHook([this] { TakeSnapshot(); });
   RETURN_IF_ERROR(RegisterIdentityFamilies());
   RETURN_IF_ERROR(RegisterStreamFamilies());
-  return RegisterCommunicatorFamilies();
+  return RegisterGroupFamilies();
 }
 
 // The execute mode's steps and tasks, fed by OnStepExecuted.
@@ -84,9 +84,8 @@ absl::Status AgentMetrics::RegisterTimingFamilies() {
   ASSIGN_OR_RETURN(
       formation_,
       r.AddHistogram("dcp_agent_communicator_formation_seconds",
-                     "Seconds to form each communicator group this rank "
-                     "formed (Gloo: rendezvous and connections; NCCL: the "
-                     "wait for its split).",
+                     "Seconds to form each process group this rank formed "
+                     "(the rendezvous and the Gloo connections).",
                      {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                       1, 2.5, 5, 10, 30, 60, 120}));
   return absl::OkStatus();
@@ -155,8 +154,9 @@ absl::Status AgentMetrics::RegisterStreamFamilies() {
   return absl::OkStatus();
 }
 
-// The communicator cache, from the snapshot.
-absl::Status AgentMetrics::RegisterCommunicatorFamilies() {
+// The rank's process groups, from the snapshot (the metric names keep
+// "communicator": dashboards and alerts query them).
+absl::Status AgentMetrics::RegisterGroupFamilies() {
   MetricsRegistry& r = *registry_;
   RETURN_IF_ERROR(AddStatsCounter(
       "dcp_agent_communicator_cache_hits_total",
@@ -176,7 +176,7 @@ absl::Status AgentMetrics::RegisterCommunicatorFamilies() {
                       [](const AgentStats& s) { return s.group_failures; }));
   RETURN_IF_ERROR(r.AddCallbackFamily(
       MetricType::kGauge, "dcp_agent_communicator_groups",
-      "Communicator groups held now (formed or forming).", {},
+      "Process groups held now (formed or forming).", {},
       [this]() -> std::vector<CollectedValue> {
         absl::MutexLock lock(&mu_);
         if (!snapshot_.has_value()) return {};

@@ -90,7 +90,7 @@ class AgentMetrics {
   absl::Status RegisterTimingFamilies();
   absl::Status RegisterIdentityFamilies();
   absl::Status RegisterStreamFamilies();
-  absl::Status RegisterCommunicatorFamilies();
+  absl::Status RegisterGroupFamilies();
   void TakeSnapshot();
   absl::Status AddStatsCounter(const char* name, const char* help,
                                std::function<double(const AgentStats&)> value);

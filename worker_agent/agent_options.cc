@@ -49,20 +49,4 @@ absl::Duration GroupFormTimeout(const AgentOptions& options,
              : 3 * options.rendezvous_timeout;
 }
 
-absl::StatusOr<CommBackend> AgentCommBackend(const AgentOptions& options,
-                                             const CommEnvironment& env) {
-  if (options.make_world) return CommBackend::kNccl;
-  if (!options.warm_groups) {
-    if (options.comm_backend == CommBackend::kNccl) {
-      return absl::InvalidArgumentError(
-          "agent options: comm_backend nccl needs warm_groups: NCCL groups "
-          "are split from each epoch's world communicator as the steps "
-          "arrive, on every rank alike; an agent that only forms groups on "
-          "demand uses gloo (or auto)");
-    }
-    return CommBackend::kGloo;
-  }
-  return ResolveCommBackend(options.comm_backend, env, options.gpu);
-}
-
 }  // namespace dcp

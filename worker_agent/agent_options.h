@@ -9,15 +9,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "comm/comm_backend.h"
 #include "comm/comm_key.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "comm/rendezvous_store.h"
-#include "comm/world_communicator.h"
 #include "common/clock.h"
 #include "common/security_options.h"
 #include "proto/plan.pb.h"
 #include "proto/scheduler_service.pb.h"
+
+namespace c10d {
+class ProcessGroup;
+}  // namespace c10d
 
 namespace dcp {
 
@@ -25,10 +27,10 @@ class ReportSpool;  // worker_agent/report_spool.h
 
 class Agent;
 
-/// The communicator of a group this rank belongs to (p > 1), owned by the
-/// agent.
+/// The c10d process group of a group this rank belongs to (p > 1), owned by
+/// the agent.
 using GroupResolver =
-    std::function<absl::StatusOr<Communicator*>(const v1::CommGroup&)>;
+    std::function<absl::StatusOr<c10d::ProcessGroup*>(const v1::CommGroup&)>;
 
 /// Runs the scheduler's "data profile" request on this rank: for each group
 /// of the request that holds the rank, time the layer and return the
@@ -53,35 +55,35 @@ struct AgentOptions {
   /// Where the agent runs, told to the scheduler for status (e.g. the host
   /// name; empty is fine).
   std::string host;
-  /// The local GPU index the rank drives, told to the scheduler; the device
-  /// of its NCCL groups.
+  /// The local GPU index the rank drives, told to the scheduler.
   int gpu = 0;
   /// The world size the job was started with; the scheduler refuses a
   /// mismatch. 0 accepts the scheduler's.
   int world_size = 0;
-  /// The address Gloo communicators listen on and advertise to their peers.
+  /// The address the agent's Gloo process groups listen on and advertise to
+  /// their peers.
   std::string gloo_hostname = "127.0.0.1";
-  /// Bound on forming one communicator group (all members meeting in the
+  /// Bound on forming one process group (all members meeting in the
   /// scheduler's rendezvous store and connecting) and on each of its
   /// collectives. A group whose formation times out cannot be formed again
   /// under the same plan, so keep it well above the time the slowest rank
   /// can lag behind (the scheduler's look-ahead of steps).
   absl::Duration rendezvous_timeout = absl::Seconds(120);
-  /// Bound on forming a Gloo group of an epoch later than the one this agent
-  /// registered in (a world shrunk or grown); zero: three times
-  /// `rendezvous_timeout`. After a peer failed the survivors reach the new
-  /// world's groups each when its own wait on the dead peer ends, which on
-  /// a loaded machine has taken more than two `rendezvous_timeout`s apart.
-  /// Collectives keep `rendezvous_timeout`.
+  /// Bound on forming a group of an epoch later than the one this agent
+  /// registered in (a world shrunk or grown), and on each of its
+  /// collectives (ProcessGroupGloo has one timeout for both); zero: three
+  /// times `rendezvous_timeout`. After a peer failed the survivors reach the
+  /// new world's groups each when its own wait on the dead peer ends, which
+  /// on a loaded machine has taken more than two `rendezvous_timeout`s
+  /// apart.
   absl::Duration world_timeout = absl::ZeroDuration();
   /// Steps received ahead of the caller and kept in memory; their groups are
   /// warmed as they arrive (see `warm_groups`). At least 1.
   int prefetch_depth = 4;
-  /// Form the communicators of each step's groups as the step arrives, so
+  /// Form the process groups of each step's groups as the step arrives, so
   /// that `Group` finds them ready. False for a trainer that forms its own
-  /// groups (c10d process groups, train/process_groups.h) through
-  /// `Agent::rendezvous_store()` and never calls `Group`; `Group` then forms
-  /// Gloo groups on demand (NCCL needs the warm-up: see `comm_backend`).
+  /// groups (an NCCL trainer on CUDA, through `Agent::rendezvous_store()`)
+  /// and never calls `Group`; `Group` then forms them on demand.
   bool warm_groups = true;
   /// The caller's training cannot follow a change of the world (no
   /// dcp-agent mode says so: execute mode re-forms its groups over each
@@ -124,7 +126,7 @@ struct AgentOptions {
       on_reconnect_failed;
   /// How long `Shutdown` lets the group formations under way finish before
   /// it cancels them: peers still connecting to a member that leaves can be
-  /// aborted by Gloo (`CommunicatorCache::Quiesce`).
+  /// aborted by Gloo (`ProcessGroups::Quiesce`).
   absl::Duration shutdown_formation_grace = absl::Seconds(2);
   /// Sleep before the first reconnection; doubles up to `max_backoff`.
   absl::Duration initial_backoff = absl::Milliseconds(100);
@@ -135,34 +137,6 @@ struct AgentOptions {
   /// counts down in real time. Null: the system clock. Not owned; must
   /// outlive the agent.
   Clock* clock = nullptr;
-  /// The library the agent's groups (`Agent::Group`,
-  /// `Agent::DataParallelGroup`) run on; `Agent::comm_backend()` tells the
-  /// one chosen. kAuto: NCCL when this binary was built with
-  /// `--config=cuda`, a CUDA device is present and the agent forms groups
-  /// as steps arrive (`warm_groups`), Gloo otherwise. kNccl where NCCL
-  /// cannot run fails `Agent::Start` (comm/comm_backend.h says why).
-  ///
-  /// Gloo groups meet per group under the plan's rendezvous prefix and take
-  /// host pointers. NCCL groups take device pointers on GPU `gpu`: every
-  /// rank forms one world communicator per epoch through the scheduler's
-  /// store ("<session>/e<epoch>/world/") and splits each group off it, as
-  /// steps arrive (`SplitGroupFormer`). That is a collective of every rank
-  /// at every step, so every rank of the job must be on NCCL. Collectives
-  /// that do not complete within `rendezvous_timeout` abort their
-  /// communicator.
-  CommBackend comm_backend = CommBackend::kAuto;
-  /// Builds global rank `rank`'s world communicator `world` (the epoch's
-  /// members: every rank of the job, or after a shrink the ranks not
-  /// failed; rank i of the world is `world.ranks[i]`) meeting the others
-  /// under `prefix` in `store` (the scheduler's
-  /// store). Set: the agent's groups are split from these worlds, whatever
-  /// `comm_backend` says: the NCCL path's logic over another transport
-  /// (tests run it on the CPU with `FakeWorld`). Empty: NCCL worlds
-  /// (`NcclWorldCommunicator`) when the backend is NCCL.
-  std::function<absl::StatusOr<std::unique_ptr<WorldCommunicator>>(
-      const CommKey& world, int rank, const std::string& prefix,
-      RendezvousStoreInterface* store)>
-      make_world;
   /// Runs a ProfileRequest that arrives on the plan stream, on the reader
   /// thread (the scheduler sends no step before every rank answered, so
   /// nothing waits behind it); the agent then sends the returned profile
@@ -181,10 +155,9 @@ struct AgentOptions {
   /// (the two hosts' clock skew included). Must be quick. May be empty.
   std::function<void(absl::Time planned, absl::Time received)>
       on_step_received;
-  /// Called after each communicator group the agent forms (`Group`, the
+  /// Called after each process group the agent forms (`Group`, the
   /// warm-ups, `DataParallelGroup`), with how long the formation took on
-  /// `clock`: on Gloo the rendezvous and connections, on NCCL the wait
-  /// for the group's split off the epoch's world. On the forming thread;
+  /// `clock` (the rendezvous and the Gloo connections). On the forming thread;
   /// not for failed formations. Must be thread-safe and quick. May be
   /// empty.
   std::function<void(absl::Duration)> on_group_formed;
@@ -193,20 +166,11 @@ struct AgentOptions {
 /// INVALID_ARGUMENT naming the first option out of range.
 absl::Status CheckAgentOptions(const AgentOptions& options);
 
-/// The bound on forming a Gloo group of `epoch` for an agent registered in
+/// The bound on forming a group of `epoch` for an agent registered in
 /// `registered_epoch`: `rendezvous_timeout` in that epoch, `world_timeout`
 /// (or three times `rendezvous_timeout`) in any later one.
 absl::Duration GroupFormTimeout(const AgentOptions& options,
                                 int64_t registered_epoch, int64_t epoch);
-
-/// The library an agent with `options` forms its groups on in `env`: kNccl
-/// with `make_world` set; kGloo for kAuto without `warm_groups` (groups
-/// formed on demand only); else `ResolveCommBackend` for `options.gpu`.
-/// INVALID_ARGUMENT for kNccl without `warm_groups` (NCCL groups are split
-/// from the world as steps arrive, on every rank); FAILED_PRECONDITION for
-/// kNccl in a build without CUDA or with no device present.
-absl::StatusOr<CommBackend> AgentCommBackend(const AgentOptions& options,
-                                             const CommEnvironment& env);
 
 /// What `Agent::NextStep` hands out: the rank's next step, or the end.
 struct NextStepResult {
@@ -235,7 +199,7 @@ struct AgentStats {
   /// report).
   int64_t profiles_sent = 0;
   int64_t profile_failures = 0;
-  /// Of the communicator cache: groups served formed, groups formed on
+  /// Of the rank's process groups: groups served formed, groups formed on
   /// demand, groups formed ahead of use, failed formations, groups held.
   int64_t cache_hits = 0;
   int64_t cache_misses = 0;

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "common/status_macros.h"
 #include "worker_agent/simulated_step.h"
 

@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/process_groups.h"
 #include "common/process_memory.h"
 #include "common/profile_point.h"
 #include "common/status_macros.h"
 #include "proto/timing_report.h"
-#include "train/process_groups.h"
 #include "train/rank_plan.h"
 #include "train/torch_threads.h"
 #include "train/trainer.h"

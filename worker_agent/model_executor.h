@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "comm/rendezvous_store.h"
 #include "common/clock.h"
 #include "common/model_spec.h"
@@ -81,12 +81,10 @@ struct ModelExecutorOptions {
 /// from. The groups meet through `store` (the scheduler's rendezvous store)
 /// and are cached for the executor's life.
 ///
-/// Gloo and CPU only, whatever `AgentOptions::comm_backend` says: Debian's
-/// libtorch (1.13) is built without CUDA, so c10d has no NCCL process group
-/// and there are no CUDA tensors to give one. The agent's own NCCL groups
-/// (comm/) are not torch process groups; a GPU trainer forms torch's own
-/// from each task's ranks and rendezvous prefix (e.g. from Python, with a
-/// CUDA build of PyTorch).
+/// Gloo and CPU only: Debian's libtorch (1.13) is built without CUDA, so
+/// c10d has no NCCL process group and there are no CUDA tensors to give
+/// one. A GPU trainer forms NCCL groups from each task's ranks and
+/// rendezvous prefix (e.g. from Python, with a CUDA build of PyTorch).
 ///
 /// Also runs the scheduler's start-up "data profile": real forward and
 /// backward passes over the request's grid, timed, with their peak
@@ -153,7 +151,7 @@ class ModelExecutor {
   int64_t epoch_ = 0;
 };
 
-// A step that failed with `IsPeerLoss` (comm/communicator.h) left the
+// A step that failed with `IsPeerLoss` (comm/peer_loss.h) left the
 // weights those before it: a new world can go on from them.
 
 }  // namespace dcp

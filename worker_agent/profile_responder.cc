@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/backoff.h"
 #include "common/grpc_status.h"
+#include "common/rpc_timeout.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
-#include "common/backoff.h"
-#include "common/rpc_timeout.h"
 
 namespace dcp {
 
@@ -23,7 +23,8 @@ void ProfileResponder::Handle(const v1::ProfileRequest& request) {
   const int rank = options_.rank;
   GroupResolver groups =
       [this, epoch,
-       rank](const v1::CommGroup& group) -> absl::StatusOr<Communicator*> {
+       rank](const v1::CommGroup& group)
+      -> absl::StatusOr<c10d::ProcessGroup*> {
     std::vector<int> ranks(group.ranks().begin(), group.ranks().end());
     if (ranks.size() < 2 || group.rendezvous_prefix().empty() ||
         std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) {

@@ -11,7 +11,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/comm_key.h"
-#include "comm/communicator.h"
 #include "common/clock.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "worker_agent/agent_options.h"
@@ -32,9 +31,9 @@ struct ProfileResponderOptions {
   std::function<absl::StatusOr<v1::Profile>(const v1::ProfileRequest& request,
                                             const GroupResolver& groups)>
       run;
-  /// Forms (or finds) the communicator of `key` under `prefix`. Required.
-  std::function<absl::StatusOr<Communicator*>(const CommKey& key,
-                                              const std::string& prefix)>
+  /// Forms (or finds) the process group of `key` under `prefix`. Required.
+  std::function<absl::StatusOr<c10d::ProcessGroup*>(const CommKey& key,
+                                                    const std::string& prefix)>
       form_group;
 };
 

@@ -1,5 +1,5 @@
-#ifndef DCP_TRAIN_C10D_STORE_H_
-#define DCP_TRAIN_C10D_STORE_H_
+#ifndef DCP_COMM_C10D_STORE_H_
+#define DCP_COMM_C10D_STORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -112,4 +112,4 @@ class C10dRendezvousStore final : public c10d::Store {
 
 }  // namespace dcp
 
-#endif  // DCP_TRAIN_C10D_STORE_H_
+#endif  // DCP_COMM_C10D_STORE_H_

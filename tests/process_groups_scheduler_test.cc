@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "comm/comm_key.h"
+#include "comm/process_groups.h"
 #include "comm/scheduler_rendezvous_store.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
@@ -20,7 +21,6 @@
 #include "scheduler/server/scheduler_server.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
 #include "torch/torch.h"
-#include "train/process_groups.h"
 
 namespace dcp {
 namespace {

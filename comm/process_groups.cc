@@ -1,4 +1,4 @@
-#include "train/process_groups.h"
+#include "comm/process_groups.h"
 
 #include <signal.h>
 
@@ -18,11 +18,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "c10/util/Exception.h"
+#include "comm/c10d_store.h"
 #include "gloo/common/error.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 #include "torch/csrc/distributed/c10d/exception.h"
-#include "train/c10d_store.h"
 
 namespace dcp {
 namespace {
@@ -97,6 +97,11 @@ absl::Status CheckGroupRequest(const CommKey& key, int rank,
   return absl::OkStatus();
 }
 
+// The store prefix a task's whole group meets under.
+std::string WholeGroupPrefix(const std::string& prefix) {
+  return absl::StrCat(absl::StripSuffix(prefix, "/"), "/c10d");
+}
+
 }  // namespace
 
 struct ProcessGroups::Group {
@@ -142,6 +147,12 @@ ProcessGroups::ProcessGroups(RendezvousStoreInterface* store, Options options,
     : store_(store), options_(std::move(options)), device_(std::move(device)) {}
 
 ProcessGroups::~ProcessGroups() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    warm_queue_.clear();
+  }
+  if (warm_thread_.joinable()) warm_thread_.join();
   AbortAll();
   absl::flat_hash_map<Slot, Entry> entries;
   {
@@ -156,8 +167,59 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Get(
   if (absl::Status s = CheckGroupRequest(key, options_.rank, prefix); !s.ok()) {
     return s;
   }
-  return GetSlot(Slot(key, std::string()),
-                 absl::StrCat(absl::StripSuffix(prefix, "/"), "/c10d"));
+  return GetSlot(Slot(key, std::string()), WholeGroupPrefix(prefix));
+}
+
+absl::Status ProcessGroups::Warm(const std::vector<CommGroupSpec>& groups) {
+  for (const CommGroupSpec& spec : groups) {
+    if (absl::Status s = CheckGroupRequest(spec.key, options_.rank,
+                                           spec.prefix);
+        !s.ok()) {
+      return s;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || aborted_) return absl::OkStatus();
+  for (const CommGroupSpec& spec : groups) {
+    if (spec.key.epoch < min_epoch_) continue;
+    if (entries_.contains(Slot(spec.key, std::string()))) continue;
+    warm_queue_.push_back(spec);
+  }
+  if (!warm_thread_.joinable() && !warm_queue_.empty()) {
+    warm_thread_ = std::thread([this] { WarmLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+void ProcessGroups::WarmLoop() {
+  while (true) {
+    CommGroupSpec spec;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !warm_queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      spec = std::move(warm_queue_.front());
+      warm_queue_.pop_front();
+    }
+    // Its error is the next Get's (Keep keeps it).
+    GetSlot(Slot(spec.key, std::string()), WholeGroupPrefix(spec.prefix),
+            /*warm=*/true)
+        .IgnoreError();
+  }
+}
+
+bool ProcessGroups::Quiesce(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  warm_queue_.clear();
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::none_of(entries_.begin(), entries_.end(),
+                        [](const auto& e) { return e.second.forming; });
+  };
+  return options_.clock->AwaitWithTimeout(&mu_, absl::Condition(&idle),
+                                          timeout);
 }
 
 absl::StatusOr<ProcessGroups::HybridGroups> ProcessGroups::Hybrid(
@@ -207,21 +269,25 @@ absl::StatusOr<ProcessGroups::HybridGroups> ProcessGroups::Hybrid(
 }
 
 absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::GetSlot(
-    const Slot& slot, const std::string& where) {
-  absl::StatusOr<c10d::ProcessGroup*> held = Claim(slot);
-  if (!held.ok() || *held != nullptr) return held;
+    const Slot& slot, const std::string& where, bool warm) {
+  bool form = false;
+  absl::StatusOr<c10d::ProcessGroup*> held = Claim(slot, warm, &form);
+  if (!form) return held;
 
   const absl::Time start = options_.clock->Now();
   absl::StatusOr<std::unique_ptr<Group>> formed = Form(slot.first, where);
   if (formed.ok() && options_.on_formed) {
     options_.on_formed(options_.clock->Now() - start);
   }
-  return Keep(slot, std::move(formed));
+  return Keep(slot, std::move(formed), warm);
 }
 
-absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const Slot& slot) {
+absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const Slot& slot,
+                                                         bool warm,
+                                                         bool* form) {
   const CommKey& key = slot.first;
   absl::MutexLock lock(&mu_);
+  bool counted = false;  // A Get counts once, as a hit or a miss.
   while (true) {
     if (aborted_) {
       return absl::AbortedError(
@@ -234,7 +300,20 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const Slot& slot) {
     }
     auto it = entries_.find(slot);
     if (it == entries_.end()) break;
-    if (!it->second.forming) return it->second.group->process_group.get();
+    // A warm-up leaves a group held, being formed or failed alone.
+    if (warm) return nullptr;
+    Entry& entry = it->second;
+    if (!entry.forming && entry.group == nullptr) {
+      // A warm-up failed: this Get hears of it, the next forms again.
+      absl::Status failed = std::move(entry.failed);
+      entries_.erase(it);
+      return failed;
+    }
+    if (!counted) {
+      ++stats_.hits;
+      counted = true;
+    }
+    if (!entry.forming) return entry.group->process_group.get();
     // Another thread forms it: wait for that formation to end.
     auto settled = [this, &slot]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       auto found = entries_.find(slot);
@@ -242,18 +321,27 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Claim(const Slot& slot) {
     };
     mu_.Await(absl::Condition(&settled));
   }
+  if (!warm && !counted) ++stats_.misses;
   entries_[slot].forming = true;
+  *form = true;
   return nullptr;
 }
 
 absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Keep(
-    const Slot& slot, absl::StatusOr<std::unique_ptr<Group>> formed) {
+    const Slot& slot, absl::StatusOr<std::unique_ptr<Group>> formed,
+    bool warm) {
   const CommKey& key = slot.first;
   std::unique_ptr<Group> discard;  // Destroyed after the lock is released.
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(slot);
   if (!formed.ok()) {
-    entries_.erase(it);
+    ++stats_.failures;
+    if (warm && !aborted_) {
+      it->second.forming = false;
+      it->second.failed = formed.status();
+    } else {
+      entries_.erase(it);
+    }
     return formed.status();
   }
   if (aborted_ || key.epoch < min_epoch_) {
@@ -270,6 +358,7 @@ absl::StatusOr<c10d::ProcessGroup*> ProcessGroups::Keep(
   }
   it->second.forming = false;
   it->second.group = *std::move(formed);
+  if (warm) ++stats_.warmed;
   return it->second.group->process_group.get();
 }
 
@@ -279,7 +368,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroups::Group>> ProcessGroups::Form(
   const int size = static_cast<int>(key.ranks.size());
   C10dRendezvousStore::Options store_options;
   const absl::Duration formation =
-      key.purpose == CommPurpose::kDataParallel &&
+      options_.timeout_of ? options_.timeout_of(key)
+      : key.purpose == CommPurpose::kDataParallel &&
               options_.dp_timeout > absl::ZeroDuration()
           ? options_.dp_timeout
           : options_.timeout;
@@ -352,8 +442,10 @@ int ProcessGroups::EvictBefore(int64_t epoch) {
     min_epoch_ = std::max(min_epoch_, epoch);
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->first.first.epoch < epoch && !it->second.forming) {
-        it->second.group->process_group->Abort();
-        evicted.push_back(std::move(it->second.group));
+        if (it->second.group != nullptr) {
+          it->second.group->process_group->Abort();
+          evicted.push_back(std::move(it->second.group));
+        }
         entries_.erase(it++);
       } else {
         ++it;
@@ -365,7 +457,20 @@ int ProcessGroups::EvictBefore(int64_t epoch) {
 
 int ProcessGroups::size() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(entries_.size());
+  return static_cast<int>(
+      std::count_if(entries_.begin(), entries_.end(), [](const auto& e) {
+        return e.second.forming || e.second.group != nullptr;
+      }));
+}
+
+ProcessGroups::Stats ProcessGroups::stats() const {
+  Stats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats = stats_;
+  }
+  stats.live = size();
+  return stats;
 }
 
 }  // namespace dcp

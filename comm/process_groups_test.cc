@@ -1,4 +1,4 @@
-#include "train/process_groups.h"
+#include "comm/process_groups.h"
 
 #include <signal.h>
 
@@ -10,9 +10,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "comm/comm_key.h"
 #include "comm/rendezvous_store.h"
 #include "gmock/gmock.h"
@@ -271,6 +273,116 @@ TEST(ProcessGroupsTest, ConcurrentGetsOfOneGroupFormItOnce) {
   ASSERT_TRUE(sum0.ok() && sum1.ok());
   EXPECT_EQ(*sum0, 3.0f);
   EXPECT_EQ(*sum1, 3.0f);
+}
+
+// Both ranks warm {0,1}, wait until their warm-up formed it, and then ask
+// for it: each Get is served by the warmed group (a hit, no formation of
+// its own) and the group all-reduces.
+TEST(ProcessGroupsTest, AWarmedGroupServesTheGetsThatFollow) {
+  InMemoryRendezvousStore store;
+  std::vector<std::unique_ptr<ProcessGroups>> groups;
+  absl::Notification formed[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    ProcessGroups::Options options;
+    options.rank = rank;
+    options.timeout = absl::Seconds(60);
+    options.on_formed = [&formed, rank](absl::Duration) {
+      formed[rank].Notify();
+    };
+    absl::StatusOr<std::unique_ptr<ProcessGroups>> made =
+        ProcessGroups::Create(&store, options);
+    ASSERT_TRUE(made.ok()) << made.status();
+    groups.push_back(*std::move(made));
+  }
+  const CommGroupSpec spec{Key({0, 1}), "sess/e0/warm"};
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(groups[rank]->Warm({spec}).ok());
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(formed[rank].WaitForNotificationWithTimeout(absl::Seconds(60)))
+        << "rank " << rank << "'s warm-up did not form the group";
+  }
+  std::vector<absl::StatusOr<float>> sums(2, absl::UnknownError("not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      absl::StatusOr<c10d::ProcessGroup*> group =
+          groups[rank]->Get(spec.key, spec.prefix);
+      sums[rank] = group.ok() ? AllReduce(*group, rank + 1.0f)
+                              : absl::StatusOr<float>(group.status());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(rank);
+    ASSERT_TRUE(sums[rank].ok()) << sums[rank].status();
+    EXPECT_EQ(*sums[rank], SumOfMembers({0, 1}));
+    const ProcessGroups::Stats stats = groups[rank]->stats();
+    EXPECT_EQ(stats.warmed, 1);
+    EXPECT_EQ(stats.hits, 1);
+    EXPECT_EQ(stats.misses, 0);
+    EXPECT_EQ(stats.live, 1);
+    // Warming a group held already queues nothing.
+    ASSERT_TRUE(groups[rank]->Warm({spec}).ok());
+    EXPECT_TRUE(groups[rank]->Quiesce(absl::Seconds(30)));
+    EXPECT_EQ(groups[rank]->stats().warmed, 1);
+  }
+}
+
+// A store that says when the first key was set: a formation has begun.
+class NotifyingStore final : public RendezvousStoreInterface {
+ public:
+  absl::Status Set(absl::string_view key, absl::string_view value) override {
+    absl::Status status = store_.Set(key, value);
+    if (!first_set_.HasBeenNotified()) first_set_.Notify();
+    return status;
+  }
+  absl::StatusOr<std::vector<std::string>> Wait(
+      absl::Span<const std::string> keys, absl::Duration timeout) override {
+    return store_.Wait(keys, timeout);
+  }
+  absl::Notification& first_set() { return first_set_; }
+
+ private:
+  InMemoryRendezvousStore store_;
+  absl::Notification first_set_;
+};
+
+// A warm-up whose peer never comes fails by its timeout; the next Get of the
+// group is told so (the error names the group), and nothing stays held.
+TEST(ProcessGroupsTest, AFailedWarmUpIsTheNextGetsError) {
+  NotifyingStore store;
+  std::unique_ptr<ProcessGroups> groups =
+      MakeGroups(&store, 0, absl::Milliseconds(300));
+  ASSERT_NE(groups, nullptr);
+  const CommGroupSpec spec{Key({0, 1}, 2), "sess/e2/lonely"};
+  ASSERT_TRUE(groups->Warm({spec}).ok());
+  // The warm-up thread has claimed the group once it sets a key; Quiesce
+  // then waits for the formation to fail.
+  ASSERT_TRUE(store.first_set().WaitForNotificationWithTimeout(
+      absl::Seconds(30)));
+  ASSERT_TRUE(groups->Quiesce(absl::Seconds(30)));
+  EXPECT_EQ(groups->stats().failures, 1);
+  EXPECT_EQ(groups->size(), 0);
+  absl::StatusOr<c10d::ProcessGroup*> got = groups->Get(spec.key, spec.prefix);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("[0,1]@2"));
+  // Told, not formed again: neither a hit nor a miss.
+  EXPECT_EQ(groups->stats().hits + groups->stats().misses, 0);
+}
+
+TEST(ProcessGroupsTest, WarmRefusesAGroupWithoutThisRank) {
+  InMemoryRendezvousStore store;
+  std::unique_ptr<ProcessGroups> groups =
+      MakeGroups(&store, 0, absl::Seconds(5));
+  ASSERT_NE(groups, nullptr);
+  absl::Status status =
+      groups->Warm({{Key({0, 1}), "sess/a"}, {Key({1, 2}), "sess/b"}});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("[1,2]"));
+  EXPECT_TRUE(groups->Quiesce(absl::Seconds(5)));
+  EXPECT_EQ(groups->stats().warmed + groups->stats().failures, 0);
 }
 
 TEST(ProcessGroupsTest, CreateIgnoresSigpipeSoAPeersCloseCannotKillUs) {

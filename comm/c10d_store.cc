@@ -1,4 +1,4 @@
-#include "train/c10d_store.h"
+#include "comm/c10d_store.h"
 
 #include <algorithm>
 #include <chrono>

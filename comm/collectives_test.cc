@@ -1,4 +1,4 @@
-#include "train/trainer_internal.h"
+#include "comm/collectives.h"
 
 #include <ATen/ATen.h>
 
@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "comm/communicator.h"
+#include "comm/peer_loss.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
-namespace dcp::train::trainer_internal {
+namespace dcp {
 namespace {
 
 using ::testing::HasSubstr;
@@ -136,5 +136,41 @@ TEST(RunCollectiveTest, WhatStartingThrowsIsInvalidArgumentWithoutTheBacktrace) 
               Not(HasSubstr("Exception raised from")));
 }
 
+// Two ranks sum host doubles in place; the values a rank passed are its own
+// until the sum is done.
+TEST(AllReduceSumTest, EveryMemberHoldsTheSumOfItsValues) {
+  std::vector<Group> groups = FormGroup(2, kPatience);
+  ASSERT_FALSE(HasFailure());
+  std::vector<std::vector<double>> values = {{1.0, 0.5}, {2.0, -4.25}};
+  const std::vector<double> sum = {values[0][0] + values[1][0],
+                                   values[0][1] + values[1][1]};
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      results[rank] = AllReduceSum(*groups[rank], absl::MakeSpan(values[rank]));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
+    EXPECT_EQ(values[rank], sum) << "rank " << rank;
+  }
+}
+
+// A sum whose peer is gone is a peer loss naming the group's size, and the
+// values are left as they were.
+TEST(AllReduceSumTest, ASumWhosePeerIsGoneIsAPeerLossAndLeavesTheValues) {
+  std::vector<Group> groups = FormGroup(2, kPatience);
+  ASSERT_FALSE(HasFailure());
+  groups[1].reset();
+  std::vector<double> values = {3.0};
+  const absl::Status status = AllReduceSum(*groups[0], absl::MakeSpan(values));
+  EXPECT_TRUE(IsPeerLoss(status)) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("over a group of 2 ranks"));
+  EXPECT_EQ(values, std::vector<double>{3.0});
+}
+
 }  // namespace
-}  // namespace dcp::train::trainer_internal
+}  // namespace dcp

@@ -1,10 +1,12 @@
-#ifndef DCP_TRAIN_PROCESS_GROUPS_H_
-#define DCP_TRAIN_PROCESS_GROUPS_H_
+#ifndef DCP_COMM_PROCESS_GROUPS_H_
+#define DCP_COMM_PROCESS_GROUPS_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <deque>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +26,13 @@ class ProcessGroup;
 
 namespace dcp {
 
+/// A group to form: its key and the rendezvous prefix its members meet under
+/// (the plan's `CommGroup.rendezvous_prefix`).
+struct CommGroupSpec {
+  CommKey key;
+  std::string prefix;
+};
+
 /// Forms, caches and owns the c10d process groups (ProcessGroupGloo, CPU)
 /// of one rank, keyed by `CommKey`: the sequence-parallel group of each
 /// task a plan gives the rank, and the data-parallel group of the world.
@@ -38,6 +47,10 @@ namespace dcp {
 /// never arrives makes the others' `Get` return DEADLINE_EXCEEDED naming the
 /// group, the prefix and the keys still missing. A failed formation is not
 /// cached; forming the group again needs a new prefix (keys are write-once).
+/// `Warm` forms groups ahead of use on a thread of the cache's own, so that
+/// the first micro-step of a new layout does not pay for the rendezvous; a
+/// `Get` of a group being warmed waits for it, and a failed warm-up is the
+/// error of the next `Get` of that group.
 ///
 /// Thread-safe: concurrent `Get`s of one key form it once (the others wait
 /// for that formation); formations run without the lock held. Pointers
@@ -49,8 +62,10 @@ namespace dcp {
 /// Lifecycle: `AbortAll()` closes every connection of every group held (a
 /// peer failed: collectives in flight on the peers fail at once, this rank's
 /// own within their timeout) and refuses them from then on; `EvictBefore(e)`
-/// destroys the groups of epochs before `e`; the destructor aborts and
-/// destroys every group. No `Get` may be in flight when it runs.
+/// destroys the groups of epochs before `e`; `Quiesce` drops the queued
+/// warm-ups and waits for the formations under way; the destructor waits for
+/// the warm-up under way, then aborts and destroys every group. No `Get` may
+/// be in flight when it runs.
 ///
 ///   ProcessGroups::Options options;
 ///   options.rank = my_rank;
@@ -78,6 +93,11 @@ class ProcessGroups {
     /// dead peer ended (a task group's formation and connection, up to
     /// `timeout` each; a dead peer's connections fail at once).
     absl::Duration dp_timeout = absl::ZeroDuration();
+    /// The timeout of group `key` (forming it and each collective), where
+    /// it depends on more than the purpose; empty: `timeout` and
+    /// `dp_timeout`. dcp-agent gives the groups of a later epoch than the
+    /// one it registered in longer (AgentOptions::world_timeout).
+    std::function<absl::Duration(const CommKey& key)> timeout_of;
     /// Worker threads of each ProcessGroupGloo. At least 1.
     int threads = 2;
     /// What formation deadlines are measured on; null: the system clock.
@@ -148,6 +168,19 @@ class ProcessGroups {
                                                    int64_t epoch,
                                                    const std::string& prefix);
 
+  /// Queues the formation of the groups not yet held, in order, on the
+  /// cache's warm-up thread; returns at once. INVALID_ARGUMENT (and nothing
+  /// queued) when any is a group `Get` would refuse; groups of evicted
+  /// epochs are skipped.
+  absl::Status Warm(const std::vector<CommGroupSpec>& groups);
+
+  /// Drops the queued warm-ups and waits up to `timeout` (on the clock) for
+  /// the formations under way to end, formed or failed; whether none is
+  /// left. For a clean shutdown: a member that leaves while its peers still
+  /// connect to it can make Gloo abort their process (its listener throws
+  /// on a connection closed before it was read).
+  bool Quiesce(absl::Duration timeout);
+
   /// Closes the connections of every group held and refuses further Gets.
   void AbortAll();
 
@@ -160,6 +193,21 @@ class ProcessGroups {
   /// Groups held (formed), and formations under way.
   int size() const;
 
+  /// Counters since construction.
+  struct Stats {
+    /// Gets served by a group formed or being formed.
+    int64_t hits = 0;
+    /// Gets that formed their group themselves.
+    int64_t misses = 0;
+    /// Groups the warm-up thread formed.
+    int64_t warmed = 0;
+    /// Formations (by Get or Warm) that failed.
+    int64_t failures = 0;
+    /// Groups held now, formed or forming (`size()`).
+    int64_t live = 0;
+  };
+  Stats stats() const;
+
   int rank() const { return options_.rank; }
 
  private:
@@ -168,6 +216,9 @@ class ProcessGroups {
   struct Entry {
     bool forming = true;
     std::unique_ptr<Group> group;  // Set once formed.
+    // A warm-up's failure, for the next Get of the group; the entry holds
+    // no group then.
+    absl::Status failed;
   };
 
   // A cached group: its key, and for a hybrid subgroup the store prefix it
@@ -177,21 +228,29 @@ class ProcessGroups {
   ProcessGroups(RendezvousStoreInterface* store, Options options,
                 std::unique_ptr<Device> device);
 
-  // Get's path for `slot`, formed under the store prefix `where`.
+  // Get's path for `slot`, formed under the store prefix `where`; `warm`
+  // for the warm-up thread's formations.
   absl::StatusOr<c10d::ProcessGroup*> GetSlot(const Slot& slot,
-                                              const std::string& where);
+                                              const std::string& where,
+                                              bool warm = false);
 
   // Claims the formation of `key` for this thread, waiting while another
-  // thread forms it: the group when it is formed already, null when this
-  // thread is to form it (its entry now says so).
-  absl::StatusOr<c10d::ProcessGroup*> Claim(const Slot& slot)
+  // thread forms it: the group when it is formed already; `*form` set (and
+  // the entry saying so) when this thread is to form it. A warm-up waits
+  // for nothing: it leaves any group already held, forming or failed alone
+  // (null, `*form` unset).
+  absl::StatusOr<c10d::ProcessGroup*> Claim(const Slot& slot, bool warm,
+                                            bool* form)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ends this thread's formation of `key`: keeps the group `formed`, or
-  // drops the entry when the formation failed or the groups were aborted
-  // or the epoch evicted meanwhile.
+  // drops the entry when the formation failed (a warm-up's failure stays
+  // for the next Get) or the groups were aborted or the epoch evicted
+  // meanwhile.
   absl::StatusOr<c10d::ProcessGroup*> Keep(
-      const Slot& slot, absl::StatusOr<std::unique_ptr<Group>> formed)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const Slot& slot, absl::StatusOr<std::unique_ptr<Group>> formed,
+      bool warm) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forms the queued warm-ups, one at a time, until the destructor.
+  void WarmLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the group of `key` under the store prefix `where` (no lock held).
   absl::StatusOr<std::unique_ptr<Group>> Form(const CommKey& key,
                                               const std::string& where);
@@ -204,8 +263,12 @@ class ProcessGroups {
   absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t min_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<CommGroupSpec> warm_queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread warm_thread_;  // Started by the first Warm.
 };
 
 }  // namespace dcp
 
-#endif  // DCP_TRAIN_PROCESS_GROUPS_H_
+#endif  // DCP_COMM_PROCESS_GROUPS_H_
