@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -27,29 +28,66 @@ constexpr int kBackwardGradTag = 3 << 20;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
+// The part of one block's attention that one sample makes: its local
+// queries (`queries`, shard indices) against its keys in the block
+// (`keys`), and which of those pairs may attend (`allowed`, [nq, nk]).
+// Attention never crosses samples, so a block is the sum of its tiles: a
+// pack of n samples costs the sum of their squares, not its own square.
+struct Tile {
+  at::Tensor queries;  // int64 [nq]
+  at::Tensor keys;     // int64 [nk]
+  at::Tensor allowed;  // bool [nq, nk]
+};
+
 // What the forward and backward passes of one call share.
 struct RingPlan : torch::CustomClassHolder {
   c10::intrusive_ptr<c10d::ProcessGroup> group;  // Null for a ring of one.
   int size = 1;
   int rank = 0;
-  bool causal = true;
   double scale = 1.0;
-  std::vector<at::Tensor> positions;  // [c] int64 [S]
-  std::vector<at::Tensor> samples;    // [c] int64 [S], -1 for padding
-
-  // [S, S] bool: which keys of ring position `source` each local query reads.
-  at::Tensor Allowed(int source) const {
-    const at::Tensor& qs = samples[rank];
-    at::Tensor allowed = qs.unsqueeze(1)
-                             .eq(samples[source].unsqueeze(0))
-                             .logical_and(qs.ge(0).unsqueeze(1));
-    if (causal) {
-      allowed = allowed.logical_and(
-          positions[source].unsqueeze(0).le(positions[rank].unsqueeze(1)));
-    }
-    return allowed;
-  }
+  // [c]: the tiles of this rank's queries against ring position r's keys;
+  // empty where no key of that block may be read.
+  std::vector<std::vector<Tile>> tiles;
 };
+
+// The tiles of `mask`'s ring position `rank` against position `source`.
+std::vector<Tile> MakeTiles(const RingMask& mask, int rank, int source) {
+  const std::vector<int64_t>& q_samples = mask.samples[rank];
+  const std::vector<int64_t>& k_samples = mask.samples[source];
+  std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>>
+      by_sample;
+  for (size_t i = 0; i < q_samples.size(); ++i) {
+    if (q_samples[i] >= 0) by_sample[q_samples[i]].first.push_back(i);
+  }
+  for (size_t j = 0; j < k_samples.size(); ++j) {
+    auto it = by_sample.find(k_samples[j]);
+    if (it != by_sample.end()) it->second.second.push_back(j);
+  }
+  std::vector<Tile> tiles;
+  for (const auto& [sample, indices] : by_sample) {
+    const auto& [queries, keys] = indices;
+    if (keys.empty()) continue;
+    Tile tile;
+    tile.queries = at::tensor(queries, at::kLong);
+    tile.keys = at::tensor(keys, at::kLong);
+    if (mask.causal) {
+      const at::Tensor q_pos =
+          at::tensor(mask.positions[rank], at::kLong).index_select(
+              0, tile.queries);
+      const at::Tensor k_pos =
+          at::tensor(mask.positions[source], at::kLong).index_select(
+              0, tile.keys);
+      tile.allowed = k_pos.unsqueeze(0).le(q_pos.unsqueeze(1));
+      if (!tile.allowed.any().item<bool>()) continue;
+    } else {
+      tile.allowed = at::ones({static_cast<int64_t>(queries.size()),
+                               static_cast<int64_t>(keys.size())},
+                              at::kBool);
+    }
+    tiles.push_back(std::move(tile));
+  }
+  return tiles;
+}
 
 // One ring pass: `send` to ring rank j + 1 while receiving the same shape
 // from j - 1. The buffers live here until Finish.
@@ -111,14 +149,24 @@ struct RingFunction : torch::autograd::Function<RingFunction> {
       const int source = (plan->rank - s + c) % c;
       std::optional<Pass> next;
       if (s + 1 < c) next.emplace(*plan, kv, kForwardKvTag + s);
-      const at::Tensor allowed = plan->Allowed(source);
-      if (allowed.any().item<bool>()) {
-        at::Tensor scores =
-            Scores(qh, ToHeads(kv[0], group), allowed, plan->scale);
-        at::Tensor block_lse = at::logsumexp(scores, -1);  // [h, S]
-        at::Tensor block_out =
-            at::matmul(at::exp(scores - Safe(block_lse).unsqueeze(-1)),
-                       ToHeads(kv[1], group));
+      const std::vector<Tile>& tiles = plan->tiles[source];
+      if (!tiles.empty()) {
+        // The block's log-sum-exp and output, tile by tile; rows no tile
+        // reaches stay -inf and 0.
+        at::Tensor block_lse = at::full_like(lse, kNegInf);  // [h, S]
+        at::Tensor block_out = at::zeros_like(qh);            // [h, S, d]
+        const at::Tensor kh = ToHeads(kv[0], group), vh = ToHeads(kv[1], group);
+        for (const Tile& tile : tiles) {
+          at::Tensor scores =
+              Scores(qh.index_select(1, tile.queries),
+                     kh.index_select(1, tile.keys), tile.allowed, plan->scale);
+          at::Tensor tile_lse = at::logsumexp(scores, -1);  // [h, nq]
+          block_lse.index_copy_(1, tile.queries, tile_lse);
+          block_out.index_copy_(
+              1, tile.queries,
+              at::matmul(at::exp(scores - Safe(tile_lse).unsqueeze(-1)),
+                         vh.index_select(1, tile.keys)));
+        }
         // lse' = log(e^lse + e^block_lse), -inf while both are.
         at::Tensor top = Safe(at::maximum(lse, block_lse));
         at::Tensor merged =
@@ -160,17 +208,28 @@ struct RingFunction : torch::autograd::Function<RingFunction> {
       const int source = (plan->rank - s + c) % c;
       std::optional<Pass> next;
       if (s + 1 < c) next.emplace(*plan, kv, kBackwardKvTag + s);
-      const at::Tensor allowed = plan->Allowed(source);
+      const std::vector<Tile>& tiles = plan->tiles[source];
       at::Tensor share;  // This rank's queries' dK/dV of the block.
-      if (allowed.any().item<bool>()) {
-        at::Tensor kh = ToHeads(kv[0], group), vh = ToHeads(kv[1], group);
-        at::Tensor probs =
-            at::exp(Scores(qh, kh, allowed, plan->scale) - lse_safe);
-        at::Tensor dvh = at::matmul(probs.transpose(1, 2), doh);
-        at::Tensor dscores =
-            probs * (at::matmul(doh, vh.transpose(1, 2)) - delta);
-        dq = dq + at::matmul(dscores, kh) * plan->scale;
-        at::Tensor dkh = at::matmul(dscores.transpose(1, 2), qh) * plan->scale;
+      if (!tiles.empty()) {
+        const at::Tensor kh = ToHeads(kv[0], group), vh = ToHeads(kv[1], group);
+        at::Tensor dkh = at::zeros_like(kh), dvh = at::zeros_like(vh);
+        for (const Tile& tile : tiles) {
+          const at::Tensor qt = qh.index_select(1, tile.queries);
+          const at::Tensor dot = doh.index_select(1, tile.queries);
+          const at::Tensor kt = kh.index_select(1, tile.keys);
+          const at::Tensor vt = vh.index_select(1, tile.keys);
+          at::Tensor probs =
+              at::exp(Scores(qt, kt, tile.allowed, plan->scale) -
+                      lse_safe.index_select(1, tile.queries));
+          dvh.index_add_(1, tile.keys, at::matmul(probs.transpose(1, 2), dot));
+          at::Tensor dscores =
+              probs * (at::matmul(dot, vt.transpose(1, 2)) -
+                       delta.index_select(1, tile.queries));
+          dq.index_add_(1, tile.queries,
+                        at::matmul(dscores, kt) * plan->scale);
+          dkh.index_add_(1, tile.keys,
+                         at::matmul(dscores.transpose(1, 2), qt) * plan->scale);
+        }
         share = at::stack({FromHeads(dkh, kv_heads), FromHeads(dvh, kv_heads)});
       }
       at::Tensor accumulated =
@@ -234,11 +293,9 @@ absl::StatusOr<at::Tensor> RingAttention(
     plan->group = c > 1 ? ring : c10::intrusive_ptr<c10d::ProcessGroup>();
     plan->size = c;
     plan->rank = rank;
-    plan->causal = mask.causal;
     plan->scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-    for (int r = 0; r < c; ++r) {
-      plan->positions.push_back(at::tensor(mask.positions[r], at::kLong));
-      plan->samples.push_back(at::tensor(mask.samples[r], at::kLong));
+    for (int source = 0; source < c; ++source) {
+      plan->tiles.push_back(MakeTiles(mask, rank, source));
     }
     return RingFunction::apply(q, k, v, std::move(plan));
   } catch (const c10::Error& e) {
