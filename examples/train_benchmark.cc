@@ -16,9 +16,19 @@
 //   --lengths=data/lengths/code.txt
 //
 // The costs both planners plan with are the analytic model of
-// docs/COST_MODEL.md with this CPU's constants, calibrated at start-up
-// (examples/train_benchmark_cpu_costs.h). Exit 0: done; 1: recompute did
-// not lower the peak memory; 2: bad flags or a failure (the message says).
+// docs/COST_MODEL.md with this CPU's constants, calibrated at start-up, and
+// Gloo's as the rank processes measure them before the plans are made (the
+// Gloo probe; examples/train_benchmark_cpu_costs.h). --memory_cap_tokens
+// caps each rank's memory, in the model's units, at what it needs to hold
+// that many tokens without recompute: sequences longer than that need a
+// group or recompute, in both plans. The run prints the measured dcp/static
+// speed-up beside the one the cost model predicts for the same plans.
+//
+//   bazel run -c opt //examples:dcp-train-bench -- --world_size=2 \
+//     --memory_cap_tokens=512
+//
+// Exit 0: done; 1: recompute did not lower the peak memory; 2: bad flags or
+// a failure (the message says).
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -27,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +80,10 @@ ABSL_FLAG(int, warmup_steps, 1,
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the sample shuffle.");
 ABSL_FLAG(int64_t, memory_length, 0,
           "Tokens of the memory check's sequence (0: the window).");
+ABSL_FLAG(int64_t, memory_cap_tokens, 0,
+          "Cap each rank's memory at what the cost model says it needs to "
+          "hold this many tokens at recompute 0 (0: the machine's memory "
+          "over the ranks).");
 ABSL_FLAG(int, timeout_s, 900, "Give up on the child processes after this.");
 ABSL_FLAG(bool, keep_dir, false, "Keep the run's folder (plans, logs).");
 
@@ -83,6 +98,7 @@ struct BenchmarkOptions {
   int steps = 0;
   int warmup_steps = 0;
   int64_t memory_length = 0;
+  int64_t memory_cap_tokens = 0;
   absl::Duration timeout;
   bool keep_dir = false;
 };
@@ -101,6 +117,7 @@ BenchmarkOptions OptionsFromFlags() {
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.memory_length = absl::GetFlag(FLAGS_memory_length);
   if (o.memory_length == 0) o.memory_length = o.job.window;
+  o.memory_cap_tokens = absl::GetFlag(FLAGS_memory_cap_tokens);
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   o.keep_dir = absl::GetFlag(FLAGS_keep_dir);
   return o;
@@ -111,9 +128,13 @@ absl::Status Validate(const BenchmarkOptions& o) {
     return absl::InvalidArgumentError(
         "--steps must be positive and --warmup_steps non-negative");
   }
-  if (o.job.world_size < 1 || o.memory_length < 1) {
+  if (o.job.world_size < 2 || o.memory_length < 1) {
     return absl::InvalidArgumentError(
-        "--world_size and --memory_length must be positive");
+        "--world_size must be at least 2 (the Gloo probe needs peers) and "
+        "--memory_length positive");
+  }
+  if (o.memory_cap_tokens < 0) {
+    return absl::InvalidArgumentError("--memory_cap_tokens must be >= 0");
   }
   return absl::OkStatus();
 }
@@ -139,8 +160,8 @@ struct KindFigures {
   double slowest_wall_s = 0, slowest_cpu_s = 0;
   /// Every rank's CPU time, all added up.
   double all_cpu_s = 0;
-  /// Sum over the steps of the replayed (predicted) makespan.
-  double replayed_s = 0;
+  /// Sum over the steps of the predicted makespan.
+  double predicted_s = 0;
   /// The world's loss at the first step (the same weights in both kinds).
   double first_loss = 0;
 };
@@ -173,12 +194,12 @@ absl::Status CheckRecords(const RankRecords& records, int steps) {
 }
 
 KindFigures Figures(const RankRecords& records, PlanKind kind,
-                    const std::vector<double>& replayed_s, int warmup) {
+                    const std::vector<double>& predicted_s, int warmup) {
   KindFigures f;
   const size_t ranks = records.size();
   f.wall_s.assign(ranks, 0);
   f.cpu_s.assign(ranks, 0);
-  const int steps = static_cast<int>(replayed_s.size());
+  const int steps = static_cast<int>(predicted_s.size());
   std::vector<double> max_wall(steps, 0), max_cpu(steps, 0);
   for (size_t r = 0; r < ranks; ++r) {
     for (const StepRecord& rec : records[r]) {
@@ -196,9 +217,67 @@ KindFigures Figures(const RankRecords& records, PlanKind kind,
   for (int s = warmup; s < steps; ++s) {
     f.slowest_wall_s += max_wall[s];
     f.slowest_cpu_s += max_cpu[s];
-    f.replayed_s += replayed_s[s];
+    f.predicted_s += predicted_s[s];
   }
   return f;
+}
+
+// The cost model both plans are made with and judged on.
+struct FittedCosts {
+  /// From the spec alone (CostModel::FromSpecs), and fitted to the probe.
+  CostModel prior;
+  CostModel fitted;
+  std::vector<TaskObservation> observations;
+};
+
+// The pull of the spec against the probe's tasks in the fit (the
+// scheduler's refits use 1). The spec is a weak prior here: its compute is
+// one rank's alone and its Gloo costs micro-benchmarks, and it knows none
+// of the Ulysses layout's copies on a CPU, while the probe times every
+// group shape the plans use under the ranks' own load. At 1 the fit stayed
+// 20-25% off the probe's tasks and dcp's plans 12-24% off their predicted
+// speed.
+constexpr double kSpecPriorWeight = 0.1;
+
+// `CostModel::FromSpecs(cluster)` fitted (`CostModel::Fit`, prior weight
+// `kSpecPriorWeight`) to the probe's tasks. Not to the calibration's: one
+// rank alone has the machine to itself, which the ranks never have while
+// they train (on a 2-core VM the two cores may be one core's hyperthreads).
+absl::StatusOr<FittedCosts> FitToProbe(const Job& job,
+                                       const ClusterSpec& cluster,
+                                       const std::vector<TaskRecord>& tasks) {
+  std::vector<TaskObservation> observations;
+  for (const TaskRecord& t : tasks) {
+    TaskObservation o;
+    o.group_size = t.group_size;
+    o.ulysses = t.ulysses;
+    o.recompute = t.recompute;
+    o.lengths = t.lengths;
+    o.seconds = t.seconds;
+    observations.push_back(std::move(o));
+  }
+  const CostModel prior =
+      CostModel::FromSpecs(cluster, job.model, job.world_size);
+  ASSIGN_OR_RETURN(CostModel fitted,
+                   prior.Fit(observations, kSpecPriorWeight));
+  return FittedCosts{prior, std::move(fitted), std::move(observations)};
+}
+
+// The fitted model's mean error on the observations of each group shape
+// (one rank, plain Ulysses, Ulysses inside a ring, the plain ring).
+void PrintFitByShape(const FittedCosts& costs) {
+  std::map<std::pair<int, int>, std::vector<TaskObservation>> by_shape;
+  for (const TaskObservation& o : costs.observations) {
+    by_shape[{o.group_size, o.UlyssesDegree()}].push_back(o);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [shape, observations] : by_shape) {
+    parts.push_back(absl::StrFormat(
+        "p=%d u=%d: %.1f%% (%d tasks)", shape.first, shape.second,
+        100 * costs.fitted.MeanRelativeError(observations),
+        observations.size()));
+  }
+  absl::PrintF("    after the fit, by shape: %s\n", absl::StrJoin(parts, "; "));
 }
 
 // ---- Report --------------------------------------------------------------
@@ -211,29 +290,33 @@ double LoadAverage() {
   return getloadavg(load, 1) == 1 ? load[0] : 0;
 }
 
-// "N tasks: a of 1 rank, b over groups of 2, ..." for one kind's plans.
+// "N tasks (ranks per task: a on 1, b on 2, ...; recompute: c at 0, ...)"
+// for one kind's plans.
 std::string PlanSummary(const std::vector<v1::StepPlan>& plans, int warmup) {
-  std::vector<int> by_size;
+  std::map<int, int> by_size;
+  std::map<double, int> by_recompute;
   int tasks = 0;
   for (size_t s = warmup; s < plans.size(); ++s) {
     for (const v1::Task& t : plans[s].tasks()) {
-      if (by_size.size() <= static_cast<size_t>(t.ranks_size())) {
-        by_size.resize(t.ranks_size() + 1, 0);
-      }
       ++by_size[t.ranks_size()];
+      ++by_recompute[t.recompute()];
       ++tasks;
     }
   }
-  std::vector<std::string> parts;
-  for (size_t p = 1; p < by_size.size(); ++p) {
-    if (by_size[p] > 0) parts.push_back(absl::StrCat(by_size[p], " on ", p));
+  std::vector<std::string> sizes, ratios;
+  for (const auto& [p, n] : by_size) sizes.push_back(absl::StrCat(n, " on ", p));
+  for (const auto& [r, n] : by_recompute) {
+    ratios.push_back(absl::StrCat(n, " at ", r));
   }
-  return absl::StrCat(
-      tasks, " tasks (ranks per task: ", absl::StrJoin(parts, ", "), ")");
+  return absl::StrCat(tasks, " tasks (ranks per task: ",
+                      absl::StrJoin(sizes, ", "),
+                      "; recompute: ", absl::StrJoin(ratios, ", "), ")");
 }
 
 void PrintSetup(const BenchmarkOptions& o, const Job& job,
-                const CpuCalibration& cal, const PlanSet& plans) {
+                const CpuCalibration& cal, const GlooCosts& gloo,
+                const ClusterSpec& cluster, const FittedCosts& costs,
+                const PlanSet& plans) {
   const ModelSpec& m = job.model;
   absl::PrintF(
       "dcp-train-bench: dcp plans vs the tuned static plan, trained "
@@ -259,17 +342,43 @@ void PrintSetup(const BenchmarkOptions& o, const Job& job,
       "  costs both plans are made with: docs/COST_MODEL.md's model "
       "with CPU constants fitted at start-up to %d one-rank tasks "
       "(CPU time, fit error %.1f%%): %.3g s/token + %.3g s/token^2 a "
-      "sequence + %.3g s/task; Gloo assumed %.3g B/s, %.3g s a "
-      "collective\n",
+      "sequence + %.3g s/task\n",
       cal.timings.size(), 100 * cal.mean_relative_error, cal.linear_s,
-      cal.attention_s, cal.task_s, cal.gloo_bytes_per_s, cal.gloo_latency_s);
+      cal.attention_s, cal.task_s);
   absl::PrintF(
-      "  dcp plan: Planner over CostModel::FromSpecs(that CPU spec): "
-      "%s\n",
+      "  Gloo as the %d rank processes measured it (median of their "
+      "runs): all-to-all %.3g MB/s sent a rank + %.3g ms, all-reduce of "
+      "the gradient (%d floats) %.3g ms\n",
+      job.world_size, gloo.a2a_bytes_per_s / 1e6, 1e3 * gloo.a2a_latency_s,
+      static_cast<int64_t>(job.model.TotalParams()), 1e3 * gloo.all_reduce_s);
+  absl::PrintF(
+      "  the planner's cost model: that spec (CostModel::FromSpecs), "
+      "fitted (CostModel::Fit) to the probe's %d tasks on the %d ranks "
+      "(one rank each, all at once; the whole world at each Ulysses degree "
+      "with the ring; recompute 0 and 1): mean error on them %.1f%% before "
+      "the fit, %.1f%% after\n",
+      costs.observations.size(), job.world_size,
+      100 * costs.prior.MeanRelativeError(costs.observations),
+      100 * costs.fitted.MeanRelativeError(costs.observations));
+  PrintFitByShape(costs);
+  if (o.memory_cap_tokens > 0) {
+    absl::PrintF(
+        "  memory cap per rank: %.1f MiB in the cost model's units, what "
+        "%d tokens need at recompute 0 (%d at recompute 1): longer "
+        "sequences need a group or recompute\n",
+        cluster.MemoryCap() / (1 << 20), o.memory_cap_tokens,
+        static_cast<int64_t>(costs.fitted.MaxTokensPerGpu(1.0)));
+  } else {
+    absl::PrintF("  memory per rank: the machine's over the ranks, %.1f GiB\n",
+                 cluster.MemoryCap() / (1 << 30));
+  }
+  absl::PrintF(
+      "  dcp plan: Planner over the fitted model: %s\n",
       PlanSummary(plans.dcp, o.warmup_steps));
   absl::PrintF(
-      "  static plan: TuneStatic(balanced, plain Ulysses), best of %d on "
-      "that CPU spec: group size %d, recompute %g: %s\n",
+      "  static plan: PlanStatic(balanced, plain Ulysses) at the "
+      "configuration the fitted model predicts fastest, of %d: group size "
+      "%d, recompute %g: %s\n",
       plans.tuned.configs_tried, plans.tuned.config.group_size,
       plans.tuned.config.recompute, PlanSummary(plans.fixed, o.warmup_steps));
   absl::PrintF(
@@ -316,8 +425,8 @@ void PrintThroughput(const KindFigures& d, const KindFigures& s, int steps,
            Rate(s.tokens, s.slowest_cpu_s));
   PrintRow("all ranks' CPU time added", 0, 0, Rate(d.tokens, d.all_cpu_s),
            Rate(s.tokens, s.all_cpu_s));
-  PrintRow("cost model (replayed plans)", 0, 0, Rate(d.tokens, d.replayed_s),
-           Rate(s.tokens, s.replayed_s));
+  PrintRow("cost model (fitted, predicted)", 0, 0,
+           Rate(d.tokens, d.predicted_s), Rate(s.tokens, s.predicted_s));
   absl::PrintF(
       "  wall = world tokens / elapsed seconds of the rank's Step calls, with "
       "%d ranks sharing %d cores: it counts waiting for a core and for "
@@ -326,13 +435,28 @@ void PrintThroughput(const KindFigures& d, const KindFigures& s, int steps,
       "(ProcessCpuClock; waiting does not count): its speed on a core of its "
       "own. Slowest rank: each step's largest time (CPU: the step on "
       "dedicated cores, waits left out); all ranks' CPU added: the total "
-      "work; cost model: the calibrated model's prediction for dedicated "
-      "cores.\n",
+      "work; cost model: the fitted model's prediction (wall clock of "
+      "tasks timed on the ranks).\n",
       world, Cores());
   absl::PrintF(
       "  loss at the first step (same weights, same samples): dcp "
       "%.6f, static %.6f\n",
       d.first_loss, s.first_loss);
+}
+
+// The speed-up of dcp over static (both ran the same tokens) the cost model
+// predicts for the plans, beside the measured ones.
+void PrintSpeedup(const KindFigures& d, const KindFigures& s) {
+  auto ratio = [](double num, double den) { return den > 0 ? num / den : 0; };
+  const double predicted = ratio(s.predicted_s, d.predicted_s);
+  const double wall = ratio(s.slowest_wall_s, d.slowest_wall_s);
+  const double cpu = ratio(s.slowest_cpu_s, d.slowest_cpu_s);
+  absl::PrintF(
+      "\nSpeed-up of dcp over static, the same tokens: predicted %.3f (the "
+      "fitted cost model); measured %.3f on the wall clock and %.3f "
+      "on the ranks' CPU time (slowest rank of each step); the wall clock's "
+      "is %+.1f%% off the prediction\n",
+      predicted, wall, cpu, 100 * (wall / predicted - 1));
 }
 
 // Prints the memory table; whether the peak fell as the recompute ratio rose
@@ -377,22 +501,24 @@ bool ReportMemory(std::vector<MemoryRecord> records, const Job& job) {
 
 // ---- The run -------------------------------------------------------------
 
-absl::Status RunChildren(const std::string& dir, const Job& job,
-                         absl::Duration timeout) {
+// Rank processes of one phase (`flag`: --gloo_job or --rank_job), meeting
+// through the rendezvous store at `address`, until they all ended.
+absl::Status RunRanks(const std::string& flag, const std::string& dir,
+                      const Job& job, const std::string& address,
+                      absl::Duration timeout) {
   ASSIGN_OR_RETURN(std::string self, subprocess::SelfExecutable());
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<SchedulerServer> server,
-      examples::StartRendezvousServer(job.world_size, job.session, job.model,
-                                      job.memory_length));
   subprocess::Children ranks;
   for (int r = 0; r < job.world_size; ++r) {
-    RETURN_IF_ERROR(ranks.Start(
-        absl::StrCat("rank", r),
-        {self, "--rank_job", dir, absl::StrCat(r), server->address()}, dir));
+    RETURN_IF_ERROR(ranks.Start(absl::StrCat(flag.substr(2), r),
+                                {self, flag, dir, absl::StrCat(r), address},
+                                dir));
   }
-  RETURN_IF_ERROR(ranks.Wait(absl::Now() + timeout));
-  server->Shutdown();
-  // After the ranks, so that it has the cores to itself.
+  return ranks.Wait(absl::Now() + timeout);
+}
+
+// The memory check, after the ranks, so that it has the cores to itself.
+absl::Status RunMemoryJob(const std::string& dir, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::string self, subprocess::SelfExecutable());
   subprocess::Children memory;
   RETURN_IF_ERROR(memory.Start("memory", {self, "--memory_job", dir}, dir));
   return memory.Wait(absl::Now() + timeout);
@@ -400,20 +526,19 @@ absl::Status RunChildren(const std::string& dir, const Job& job,
 
 absl::StatusOr<PlanSet> Plan(const BenchmarkOptions& o, const Job& job,
                              const std::vector<int32_t>& lengths,
-                             const CpuCalibration& cal) {
+                             const CostModel& model,
+                             const ClusterSpec& cluster) {
   PlanSetOptions po;
   po.world_size = job.world_size;
   po.tokens_per_step = o.job.tokens_per_step;
   po.seed = o.job.seed;
   po.steps = job.steps;
   po.session = job.session;
-  return MakePlanSet(LengthView(lengths, o.job.window), job.model, cal.cluster,
-                     po);
+  return MakePlanSet(LengthView(lengths, o.job.window), model, cluster, po);
 }
 
-absl::Status WriteRun(const std::string& dir, const Job& job,
-                      const PlanSet& plans) {
-  RETURN_IF_ERROR(WriteJob(dir, job));
+absl::Status WritePlans(const std::string& dir, const Job& job,
+                        const PlanSet& plans) {
   for (int s = 0; s < job.steps; ++s) {
     RETURN_IF_ERROR(WritePlan(dir, PlanKind::kDcp, s, plans.dcp[s]));
     RETURN_IF_ERROR(WritePlan(dir, PlanKind::kStatic, s, plans.fixed[s]));
@@ -430,13 +555,45 @@ absl::StatusOr<bool> Report(const std::string& dir, const BenchmarkOptions& o,
     records.push_back(std::move(mine));
   }
   RETURN_IF_ERROR(CheckRecords(records, job.steps));
-  PrintThroughput(
-      Figures(records, PlanKind::kDcp, plans.dcp_replayed_s, o.warmup_steps),
-      Figures(records, PlanKind::kStatic, plans.fixed_replayed_s,
-              o.warmup_steps),
-      o.steps, job.world_size);
+  const KindFigures dcp =
+      Figures(records, PlanKind::kDcp, plans.dcp_predicted_s, o.warmup_steps);
+  const KindFigures fixed = Figures(records, PlanKind::kStatic,
+                                    plans.fixed_predicted_s, o.warmup_steps);
+  PrintThroughput(dcp, fixed, o.steps, job.world_size);
+  PrintSpeedup(dcp, fixed);
   ASSIGN_OR_RETURN(std::vector<MemoryRecord> memory, ReadMemoryRecords(dir));
   return ReportMemory(std::move(memory), job);
+}
+
+// The phases in the run's folder `dir`: the Gloo probe, the plans, the
+// ranks, the memory check; whether the memory check passed.
+absl::StatusOr<bool> RunInDir(const std::string& dir,
+                              const BenchmarkOptions& o, const Job& job,
+                              const std::vector<int32_t>& lengths,
+                              const CpuCalibration& cal) {
+  RETURN_IF_ERROR(WriteJob(dir, job));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<SchedulerServer> server,
+      examples::StartRendezvousServer(job.world_size, job.session, job.model,
+                                      job.memory_length));
+  RETURN_IF_ERROR(
+      RunRanks("--gloo_job", dir, job, server->address(), o.timeout));
+  ASSIGN_OR_RETURN(std::vector<GlooRecord> records, ReadGlooRecords(dir));
+  ASSIGN_OR_RETURN(GlooCosts gloo, FitGlooCosts(records, job.world_size));
+  const ClusterSpec cluster = CpuCluster(job.model, job.world_size, cal, gloo,
+                                         o.memory_cap_tokens);
+  ASSIGN_OR_RETURN(std::vector<TaskRecord> tasks, ReadTaskRecords(dir));
+  ASSIGN_OR_RETURN(FittedCosts costs, FitToProbe(job, cluster, tasks));
+  ASSIGN_OR_RETURN(PlanSet plans,
+                   Plan(o, job, lengths, costs.fitted, cluster));
+  PrintSetup(o, job, cal, gloo, cluster, costs, plans);
+  std::fflush(stdout);
+  RETURN_IF_ERROR(WritePlans(dir, job, plans));
+  RETURN_IF_ERROR(
+      RunRanks("--rank_job", dir, job, server->address(), o.timeout));
+  server->Shutdown();
+  RETURN_IF_ERROR(RunMemoryJob(dir, o.timeout));
+  return Report(dir, o, job, plans);
 }
 
 // The whole benchmark; whether the memory check passed.
@@ -451,36 +608,37 @@ absl::StatusOr<bool> RunBenchmark(const BenchmarkOptions& o) {
   job.session = kSession;
   job.steps = o.warmup_steps + o.steps;
   job.memory_length = o.memory_length;
+  job.window = o.job.window;
   train::SetTorchThreads(1);  // As the ranks run.
   RETURN_IF_ERROR(KeepFreedMemory());
   ASSIGN_OR_RETURN(CpuCalibration cal, CalibrateCpuCosts(job, o.job.window));
-  ASSIGN_OR_RETURN(PlanSet plans, Plan(o, job, loaded.lengths, cal));
   ASSIGN_OR_RETURN(std::string dir, MakeRunDir());
-  PrintSetup(o, job, cal, plans);
-  std::fflush(stdout);
-  absl::Status status = WriteRun(dir, job, plans);
-  if (status.ok()) status = RunChildren(dir, job, o.timeout);
   const absl::StatusOr<bool> memory_ok =
-      status.ok() ? Report(dir, o, job, plans) : absl::StatusOr<bool>(status);
+      RunInDir(dir, o, job, loaded.lengths, cal);
   if (o.keep_dir || !memory_ok.ok()) {
     absl::FPrintF(stderr, "run folder kept: %s\n", dir);
   } else {
     std::filesystem::remove_all(dir);
   }
   if (memory_ok.ok()) {
-    absl::PrintF("\nfinished in %.0f s (calibration, ranks, memory check)\n",
-                 absl::ToDoubleSeconds(absl::Now() - start));
+    absl::PrintF(
+        "\nfinished in %.0f s (calibration, Gloo probe, ranks, memory "
+        "check)\n",
+        absl::ToDoubleSeconds(absl::Now() - start));
   }
   return memory_ok;
 }
 
-// --rank_job <dir> <rank> <address> and --memory_job <dir>.
+// --rank_job or --gloo_job <dir> <rank> <address>, and --memory_job <dir>.
 int ChildMain(const std::vector<std::string>& args) {
   int rank = -1;
   absl::Status status;
   if (args.size() == 4 && args[0] == "--rank_job" &&
       absl::SimpleAtoi(args[2], &rank)) {
     status = RunRank(args[1], rank, args[3]);
+  } else if (args.size() == 4 && args[0] == "--gloo_job" &&
+             absl::SimpleAtoi(args[2], &rank)) {
+    status = RunGlooProbe(args[1], rank, args[3]);
   } else if (args.size() == 2 && args[0] == "--memory_job") {
     status = RunMemoryCheck(args[1]);
   } else {
@@ -496,6 +654,7 @@ int ChildMain(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && (std::string(argv[1]) == "--rank_job" ||
+                    std::string(argv[1]) == "--gloo_job" ||
                     std::string(argv[1]) == "--memory_job")) {
     return dcp::train_benchmark::ChildMain(
         std::vector<std::string>(argv + 1, argv + argc));

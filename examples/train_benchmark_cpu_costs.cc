@@ -11,16 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "scheduler/planner/cost_model.h"
 #include "train/rank_plan.h"
 #include "train/trainer.h"
 
 namespace dcp::train_benchmark {
 namespace {
-
-// Gloo over loopback, assumed (CpuCalibration::gloo_*): real bytes per
-// second and seconds per collective.
-constexpr double kGlooBytesPerSecond = 1e9;
-constexpr double kGlooLatencySeconds = 100e-6;
 
 // The task shapes timed, as fractions of the window: whole sequences of
 // several lengths; a pack of the same tokens as the longest in four
@@ -120,30 +116,6 @@ std::array<double, 3> FitNonNegative(const std::vector<CpuTiming>& timings) {
   }
 }
 
-ClusterSpec CpuCluster(const ModelSpec& m, int world,
-                       const CpuCalibration& fit) {
-  ClusterSpec c;
-  const double layers = m.layers;
-  // Linear layers: 2 * Pl * L FLOPs a token forward, 3x that with backward.
-  c.peak_flops = 6.0 * m.ParamsPerLayer() * layers / fit.linear_s;
-  c.gemm_eff_max = 1.0;
-  c.gemm_eff_half_tokens = 0;
-  // Attention: 3.5 * 4 * s^2 * d * L * c FLOPs a sequence.
-  const double attention_s = std::max(fit.attention_s, 1e-18);
-  c.attn_eff_max = 14.0 * m.hidden * layers * m.AttentionFactor() /
-                   (c.peak_flops * attention_s);
-  c.attn_eff_half_tokens = 0;
-  c.overhead_per_layer_s = fit.task_s / layers;
-  c.gpus_per_node = world;  // Every rank on this machine.
-  // The model counts 2-byte elements; the trainer sends float32.
-  c.intra_node_bw = c.inter_node_bw = fit.gloo_bytes_per_s / 2;
-  c.intra_node_latency_s = c.inter_node_latency_s = fit.gloo_latency_s;
-  c.grad_sync_bw = fit.gloo_bytes_per_s / 2;
-  c.hbm_bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                static_cast<double>(sysconf(_SC_PAGE_SIZE)) / world;
-  return c;
-}
-
 }  // namespace
 
 absl::StatusOr<CpuCalibration> CalibrateCpuCosts(const Job& job, int64_t window,
@@ -169,10 +141,80 @@ absl::StatusOr<CpuCalibration> CalibrateCpuCosts(const Job& job, int64_t window,
     error += std::abs(fit - t.seconds) / t.seconds;
   }
   out.mean_relative_error = error / out.timings.size();
-  out.gloo_bytes_per_s = kGlooBytesPerSecond;
-  out.gloo_latency_s = kGlooLatencySeconds;
-  out.cluster = CpuCluster(job.model, job.world_size, out);
   return out;
+}
+
+absl::StatusOr<GlooCosts> FitGlooCosts(const std::vector<GlooRecord>& records,
+                                       int world) {
+  const GlooRecord* small = nullptr;
+  const GlooRecord* large = nullptr;
+  GlooCosts out;
+  out.records = records;
+  for (const GlooRecord& r : records) {
+    if (r.collective == "all_reduce") {
+      out.all_reduce_s = r.seconds;
+    } else if (r.collective == "all_to_all") {
+      if (small == nullptr || r.floats < small->floats) small = &r;
+      if (large == nullptr || r.floats > large->floats) large = &r;
+    }
+  }
+  if (small == nullptr || small == large || out.all_reduce_s <= 0) {
+    return absl::InvalidArgumentError(
+        "the Gloo probe's records need all-to-alls of two sizes and an "
+        "all-reduce");
+  }
+  // What one rank sends its peers: all but its own share.
+  auto sent = [world](const GlooRecord& r) {
+    return 4.0 * r.floats * (world - 1.0) / world;
+  };
+  if (large->seconds <= small->seconds) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the Gloo probe's all-to-all of ", large->floats, " floats took ",
+        large->seconds, " s, not more than the one of ", small->floats,
+        " floats (", small->seconds, " s): the timings are noise"));
+  }
+  out.a2a_bytes_per_s =
+      (sent(*large) - sent(*small)) / (large->seconds - small->seconds);
+  out.a2a_latency_s =
+      std::max(0.0, small->seconds - sent(*small) / out.a2a_bytes_per_s);
+  return out;
+}
+
+ClusterSpec CpuCluster(const ModelSpec& m, int world,
+                       const CpuCalibration& fit, const GlooCosts& gloo,
+                       int64_t memory_cap_tokens) {
+  ClusterSpec c;
+  const double layers = m.layers;
+  // Linear layers: 2 * Pl * L FLOPs a token forward, 3x that with backward.
+  c.peak_flops = 6.0 * m.ParamsPerLayer() * layers / fit.linear_s;
+  c.gemm_eff_max = 1.0;
+  c.gemm_eff_half_tokens = 0;
+  // Attention: 3.5 * 4 * s^2 * d * L * c FLOPs a sequence.
+  const double attention_s = std::max(fit.attention_s, 1e-18);
+  c.attn_eff_max = 14.0 * m.hidden * layers * m.AttentionFactor() /
+                   (c.peak_flops * attention_s);
+  c.attn_eff_half_tokens = 0;
+  c.overhead_per_layer_s = fit.task_s / layers;
+  c.gpus_per_node = world;  // Every rank on this machine.
+  // The model counts 2-byte elements; the trainer sends float32.
+  c.intra_node_bw = c.inter_node_bw = gloo.a2a_bytes_per_s / 2;
+  c.intra_node_latency_s = c.inter_node_latency_s = gloo.a2a_latency_s;
+  // CostModel::FromSpecs's sync, 2 (W - 1) / W * 2 P / grad_sync_bw, made
+  // the measured all-reduce.
+  c.grad_sync_bw = world > 1 ? 4.0 * (world - 1.0) / world * m.TotalParams() /
+                                   gloo.all_reduce_s
+                             : 1e18;
+  if (memory_cap_tokens > 0) {
+    const CostModel::Coefficients k =
+        CostModel::FromSpecs(c, m, world).coefficients();
+    c.usable_fraction = 1.0;
+    c.hbm_bytes = k.mem_static + static_cast<double>(memory_cap_tokens) *
+                                     (k.mem_token + k.mem_token_base);
+  } else {
+    c.hbm_bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                  static_cast<double>(sysconf(_SC_PAGE_SIZE)) / world;
+  }
+  return c;
 }
 
 }  // namespace dcp::train_benchmark

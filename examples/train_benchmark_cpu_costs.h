@@ -3,7 +3,8 @@
 
 // The costs dcp-train-bench plans with: the analytic model of
 // docs/COST_MODEL.md with the constants of this CPU instead of an H200's,
-// calibrated at start-up by timing a few one-rank tasks of the model.
+// calibrated at start-up by timing a few one-rank tasks of the model, and
+// Gloo's costs as the rank processes measured them (the Gloo probe).
 
 #include <cstdint>
 #include <vector>
@@ -30,21 +31,43 @@ struct CpuCalibration {
   double task_s = 0;       ///< per task
   /// Mean |fit - measured| / measured over `timings`.
   double mean_relative_error = 0;
-  /// What Gloo's collectives are assumed to cost (not measured: that needs
-  /// the rank processes, which need the plans first): bytes per second and
-  /// seconds per collective.
-  double gloo_bytes_per_s = 0;
-  double gloo_latency_s = 0;
   std::vector<CpuTiming> timings;
-  /// What the planner's CostModel::FromSpecs and the baselines'
-  /// ReferenceCluster are built from: peak FLOP/s, attention efficiency and
-  /// the per-layer overhead from the fit (GEMM efficiency 1 and no
-  /// half-efficiency sizes: the fit already holds them); the all-to-all
-  /// and gradient-sync bandwidths and latencies of Gloo over loopback are
-  /// assumed (`kGloo*` in the .cc), not measured; one node; memory per rank
-  /// the machine's physical memory over the world size.
-  ClusterSpec cluster;
 };
+
+/// Gloo's costs over loopback, fitted to the probe's records.
+struct GlooCosts {
+  /// Bytes a rank sends its peers a second in an all-to-all (float32, as
+  /// the trainer sends), and the seconds of one all-to-all besides: from
+  /// the two sizes timed (the line through both).
+  double a2a_bytes_per_s = 0;
+  double a2a_latency_s = 0;
+  /// The all-reduce of the model's gradient (float32), in seconds.
+  double all_reduce_s = 0;
+  std::vector<GlooRecord> records;
+};
+
+/// The costs of `records` (`RunGlooProbe`'s) over a world of `world`
+/// ranks. INVALID_ARGUMENT naming what is missing when they lack an
+/// all-reduce or two all-to-all sizes; FAILED_PRECONDITION when the larger
+/// all-to-all was not slower than the smaller (the timings are noise: a
+/// busy machine).
+absl::StatusOr<GlooCosts> FitGlooCosts(const std::vector<GlooRecord>& records,
+                                       int world);
+
+/// What the planner's CostModel::FromSpecs and the baselines'
+/// ReferenceCluster are built from: peak FLOP/s, attention efficiency and
+/// the per-layer overhead from `fit` (GEMM efficiency 1 and no
+/// half-efficiency sizes: the fit already holds them); the all-to-all, ring
+/// and gradient-sync costs from `gloo` (the cost model counts 2-byte
+/// elements, the trainer sends float32: half the bytes a second); one node.
+/// Memory per rank: with `memory_cap_tokens` > 0, exactly what the cost
+/// model says a rank needs to hold that many tokens at recompute 0
+/// (`CostModel::MaxTokensPerGpu(0)` of the result is that figure: the cap
+/// binds the plans, in the model's units); else the machine's physical
+/// memory over the world.
+ClusterSpec CpuCluster(const ModelSpec& model, int world,
+                       const CpuCalibration& fit, const GlooCosts& gloo,
+                       int64_t memory_cap_tokens);
 
 /// Times one-rank tasks over sequences up to `window` tokens (each the
 /// fastest of `repeats` runs, after one warm-up) with a world-of-one

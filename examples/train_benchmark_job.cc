@@ -24,6 +24,10 @@ std::string StatsPath(const std::string& dir, int rank) {
 
 std::string MemoryPath(const std::string& dir) { return dir + "/memory.jsonl"; }
 
+std::string GlooPath(const std::string& dir) { return dir + "/gloo.jsonl"; }
+
+std::string TasksPath(const std::string& dir) { return dir + "/tasks.jsonl"; }
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
@@ -75,6 +79,7 @@ absl::Status WriteJob(const std::string& dir, const Job& job) {
                             {"steps", job.steps},
                             {"weight_seed", job.weight_seed},
                             {"memory_length", job.memory_length},
+                            {"window", job.window},
                             {"group_timeout_s", job.group_timeout_s}};
   return WriteFile(JobPath(dir), j.dump());
 }
@@ -94,6 +99,7 @@ absl::StatusOr<Job> ReadJob(const std::string& dir) {
     job.steps = j.at("steps").get<int>();
     job.weight_seed = j.at("weight_seed").get<uint64_t>();
     job.memory_length = j.at("memory_length").get<int64_t>();
+    job.window = j.at("window").get<int64_t>();
     job.group_timeout_s = j.at("group_timeout_s").get<double>();
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(JobPath(dir), ": ", e.what()));
@@ -145,6 +151,62 @@ absl::StatusOr<std::vector<StepRecord>> ReadStepRecords(const std::string& dir,
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(
         absl::StrCat(StatsPath(dir, rank), ": ", e.what()));
+  }
+  return out;
+}
+
+absl::Status AppendGlooRecord(const std::string& dir, const GlooRecord& r) {
+  const nlohmann::json j = {{"collective", r.collective},
+                            {"floats", r.floats},
+                            {"seconds", r.seconds}};
+  return WriteFile(GlooPath(dir), j.dump() + "\n", std::ios::app);
+}
+
+absl::StatusOr<std::vector<GlooRecord>> ReadGlooRecords(
+    const std::string& dir) {
+  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
+                   ReadJsonLines(GlooPath(dir)));
+  std::vector<GlooRecord> out;
+  try {
+    for (const nlohmann::json& j : lines) {
+      GlooRecord r;
+      r.collective = j.at("collective").get<std::string>();
+      r.floats = j.at("floats").get<int64_t>();
+      r.seconds = j.at("seconds").get<double>();
+      out.push_back(r);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(GlooPath(dir), ": ", e.what()));
+  }
+  return out;
+}
+
+absl::Status AppendTaskRecord(const std::string& dir, const TaskRecord& r) {
+  const nlohmann::json j = {{"group_size", r.group_size},
+                            {"ulysses", r.ulysses},
+                            {"recompute", r.recompute},
+                            {"lengths", r.lengths},
+                            {"seconds", r.seconds}};
+  return WriteFile(TasksPath(dir), j.dump() + "\n", std::ios::app);
+}
+
+absl::StatusOr<std::vector<TaskRecord>> ReadTaskRecords(
+    const std::string& dir) {
+  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
+                   ReadJsonLines(TasksPath(dir)));
+  std::vector<TaskRecord> out;
+  try {
+    for (const nlohmann::json& j : lines) {
+      TaskRecord r;
+      r.group_size = j.at("group_size").get<int>();
+      r.ulysses = j.at("ulysses").get<int>();
+      r.recompute = j.at("recompute").get<double>();
+      r.lengths = j.at("lengths").get<std::vector<int64_t>>();
+      r.seconds = j.at("seconds").get<double>();
+      out.push_back(std::move(r));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(TasksPath(dir), ": ", e.what()));
   }
   return out;
 }
@@ -206,6 +268,55 @@ v1::StepPlan SingleRankPlan(int64_t step, const std::vector<int64_t>& lengths,
     task->add_samples(static_cast<int64_t>(i));
     task->add_lengths(lengths[i]);
     total += lengths[i];
+  }
+  plan.set_total_tokens(total);
+  return plan;
+}
+
+v1::StepPlan GroupTaskPlan(int64_t step, int world, int ulysses,
+                           const std::vector<int64_t>& lengths,
+                           double recompute, const std::string& prefix) {
+  v1::StepPlan plan = SingleRankPlan(step, lengths, recompute);
+  v1::Task* task = plan.mutable_tasks(0);
+  task->clear_ranks();
+  task->clear_micro_steps();
+  if (world < 2) {
+    task->add_ranks(0);
+    task->add_micro_steps(0);
+    return plan;
+  }
+  v1::CommGroup* group = plan.add_groups();
+  group->set_id(1);
+  group->set_rendezvous_prefix(prefix);
+  for (int r = 0; r < world; ++r) {
+    task->add_ranks(r);
+    task->add_micro_steps(0);
+    group->add_ranks(r);
+  }
+  task->set_group_id(1);
+  if (ulysses > 0 && ulysses != world) task->set_ulysses(ulysses);
+  return plan;
+}
+
+v1::StepPlan EveryRankTaskPlan(int64_t step, int world,
+                               const std::vector<int64_t>& lengths,
+                               double recompute) {
+  v1::StepPlan plan;
+  plan.set_step(step);
+  int64_t sample = 0;
+  int64_t total = 0;
+  for (int r = 0; r < world; ++r) {
+    v1::Task* task = plan.add_tasks();
+    task->set_task_index(r);
+    task->add_ranks(r);
+    task->add_micro_steps(0);
+    task->set_recompute(recompute);
+    for (int64_t length : lengths) {
+      plan.add_samples(sample);
+      task->add_samples(sample++);
+      task->add_lengths(length);
+      total += length;
+    }
   }
   plan.set_total_tokens(total);
   return plan;

@@ -37,6 +37,9 @@ struct Job {
   uint64_t weight_seed = 0;
   /// Tokens of the one sequence the memory check runs.
   int64_t memory_length = 0;
+  /// The context window: the longest sequence of the plans (and of the
+  /// probe's tasks).
+  int64_t window = 0;
   /// Bound on forming a group and on each collective.
   double group_timeout_s = 120;
 };
@@ -67,6 +70,49 @@ absl::Status AppendStepRecord(const std::string& dir, int rank,
                               const StepRecord& record);
 absl::StatusOr<std::vector<StepRecord>> ReadStepRecords(const std::string& dir,
                                                         int rank);
+
+/// One collective the Gloo probe timed over the world (rank 0's median of
+/// several runs, after warm-ups).
+struct GlooRecord {
+  /// "all_to_all" (all_to_all_single of `floats` float32 per rank) or
+  /// "all_reduce" (a sum of `floats` float32).
+  std::string collective;
+  int64_t floats = 0;
+  double seconds = 0;
+};
+
+absl::Status AppendGlooRecord(const std::string& dir, const GlooRecord& record);
+absl::StatusOr<std::vector<GlooRecord>> ReadGlooRecords(const std::string& dir);
+
+/// One task the probe timed on a group of the world: what the cost model is
+/// fitted to (as a `TaskObservation`).
+struct TaskRecord {
+  int group_size = 1;
+  /// The Ulysses degree (0: the whole group, no ring).
+  int ulysses = 0;
+  double recompute = 0;
+  std::vector<int64_t> lengths;
+  /// Rank 0's elapsed seconds of the task, the fastest of its runs.
+  double seconds = 0;
+};
+
+absl::Status AppendTaskRecord(const std::string& dir, const TaskRecord& record);
+absl::StatusOr<std::vector<TaskRecord>> ReadTaskRecords(const std::string& dir);
+
+/// A step plan of one task over ranks 0 .. `world` - 1 (all of them, as
+/// `ulysses`-way Ulysses inside a ring, 0: the whole group), one sequence
+/// of each of `lengths` packed, at `recompute`; its group meets under
+/// `prefix`.
+v1::StepPlan GroupTaskPlan(int64_t step, int world, int ulysses,
+                           const std::vector<int64_t>& lengths,
+                           double recompute, const std::string& prefix);
+
+/// A step plan of `world` one-rank tasks, task r on rank r, each one
+/// sequence of each of `lengths` packed (sample ids apart), at `recompute`:
+/// every rank busy at once, as they are in training.
+v1::StepPlan EveryRankTaskPlan(int64_t step, int world,
+                               const std::vector<int64_t>& lengths,
+                               double recompute);
 
 /// The memory check's measurement at one recompute ratio.
 struct MemoryRecord {

@@ -3,8 +3,9 @@
 
 // The plans dcp-train-bench runs: global batches from the planner's step
 // builder, each planned twice over the same ranks and samples, by the dcp
-// planner and by the tuned static configuration (scheduler/eval/baselines.h,
-// "static_balanced" as dcp-bench runs it, but plain Ulysses only: no rings).
+// planner and by the tuned static configuration (scheduler/eval/baselines.h's
+// PlanStatic, "static_balanced" as dcp-bench runs it, but plain Ulysses
+// only: no rings), both on one cost model, the one fitted to the probe.
 
 #include <cstdint>
 #include <string>
@@ -14,6 +15,7 @@
 #include "common/model_spec.h"
 #include "proto/plan.pb.h"
 #include "scheduler/eval/baselines.h"
+#include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/plan.h"
 
 namespace dcp::train_benchmark {
@@ -35,22 +37,29 @@ struct PlanSet {
   std::vector<v1::StepPlan> fixed;  ///< The tuned static plans.
   /// The static configuration the tuning chose, and how many it tried.
   TunedStatic tuned;
-  /// Per step, each plan's makespan replayed on the `cluster` the plans were
-  /// made for (ReplayStep): what the cost model predicts.
-  std::vector<double> dcp_replayed_s;
-  std::vector<double> fixed_replayed_s;
+  /// Per step, each plan's makespan as `model` predicts it
+  /// (`PredictedMakespan`).
+  std::vector<double> dcp_predicted_s;
+  std::vector<double> fixed_predicted_s;
 };
 
+/// What `model` predicts `plan` takes: the most any rank's tasks add up to
+/// (each `CostModel::TaskSeconds` of its group size, Ulysses degree,
+/// recompute and the samples' lengths), plus the gradient sync.
+double PredictedMakespan(const CostModel& model, const StepPlan& plan,
+                         const LengthView& lengths, int world_size);
+
 /// Builds `options.steps` batches over `lengths` (StepBuilder, no
-/// look-ahead) and plans each with the dcp Planner over
-/// `CostModel::FromSpecs(cluster, model, world)` and with
-/// `PlanStatic(..., balanced)` at the plain-Ulysses configuration
-/// `TuneStatic(..., StaticSearch::kUlyssesOnly)` finds best over the same
-/// batches on `ReferenceCluster(cluster, model, world)`: the
-/// planner and the baseline see the same costs. Errors of the planner, the
-/// tuning or a replay as they are.
+/// look-ahead) and plans each with the dcp Planner over `model` and with
+/// `PlanStatic(..., balanced)` (its packing on `ReferenceCluster(cluster,
+/// ...)`) at the plain-Ulysses configuration (p dividing the world and the
+/// heads, recompute on the 1/layers grid, every window-long sequence
+/// fitting `model`'s memory) whose plans `model` predicts fastest over the
+/// same batches: the planner and the baseline are judged on the same
+/// costs. Errors of the planner or the static plans as they are;
+/// INVALID_ARGUMENT when no static configuration fits.
 absl::StatusOr<PlanSet> MakePlanSet(const LengthView& lengths,
-                                    const ModelSpec& model,
+                                    const CostModel& model,
                                     const ClusterSpec& cluster,
                                     const PlanSetOptions& options);
 

@@ -2,16 +2,21 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "ATen/ATen.h"
 #include "ATen/Parallel.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/collectives.h"
 #include "comm/comm_key.h"
 #include "common/clock.h"
 #include "common/process_memory.h"
@@ -33,6 +38,32 @@ constexpr int kMmapThresholdBytes = 128 * 1024;
 // no step reaches.
 constexpr int kKeepMmapThresholdBytes = 32 * 1024 * 1024;
 constexpr int kKeepTrimThresholdBytes = 1 << 30;
+
+// The Gloo probe: all-to-alls of a few floats to each peer (their time is
+// the latency) and of many (the bandwidth), and runs of each.
+constexpr int64_t kProbeSmallFloatsPerPeer = 64;
+constexpr int64_t kProbeLargeFloatsPerPeer = 256 * 1024;
+constexpr int kProbeWarmUps = 3;
+constexpr int kProbeRuns = 15;
+// Runs of each timed task (the fastest kept), after one warm-up task.
+constexpr int kProbeTaskRuns = 3;
+
+// The task shapes the probe times on the world's groups, as fractions of
+// the window (CalibrateCpuCosts's one-rank shapes, less the shortest).
+std::vector<std::vector<int64_t>> ProbeShapes(int64_t w) {
+  return {{w}, {w / 2}, {w / 4, w / 4, w / 4, w / 4}, {w / 8}};
+}
+
+// The Ulysses degrees of the world's group the probe times: plain Ulysses
+// where the world divides the heads, each smaller degree dividing both
+// inside a ring, and the plain ring (u = 1).
+std::vector<int> ProbeUlyssesDegrees(const Job& job) {
+  std::vector<int> out;
+  for (int u = job.world_size; u >= 1; --u) {
+    if (job.world_size % u == 0 && job.model.heads % u == 0) out.push_back(u);
+  }
+  return out;
+}
 
 // Step s of both kinds: which runs first alternates with s.
 std::vector<PlanKind> OrderOfStep(int step) {
@@ -109,7 +140,125 @@ absl::StatusOr<StepRecord> TimedStep(train::RankTrainer& trainer,
   return r;
 }
 
+// The median wall time of `kProbeRuns` runs of `what` over `group` (after
+// `kProbeWarmUps`), each started from a barrier so that every member enters
+// it together.
+absl::StatusOr<double> MedianSeconds(
+    c10d::ProcessGroup& group, const std::string& what,
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+  std::vector<double> seconds;
+  for (int i = 0; i < kProbeWarmUps + kProbeRuns; ++i) {
+    RETURN_IF_ERROR(RunCollective("the probe's barrier",
+                                  [&] { return group.barrier(); }));
+    const absl::Time begin = absl::Now();
+    RETURN_IF_ERROR(RunCollective(what, start));
+    if (i >= kProbeWarmUps) {
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - begin));
+    }
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2,
+                   seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+// The probe's training tasks: every shape of `ProbeShapes` on one rank (all
+// ranks at once, each its own task) and on the world's group at every
+// Ulysses degree of `ProbeUlyssesDegrees`, at recompute 0 and 1, each run `kProbeTaskRuns` times on a wall clock; rank
+// 0 writes the fastest of each (`AppendTaskRecord`). A trainer of its own,
+// its data-parallel group apart from the training's ("<session>/probe").
+absl::Status ProbeTasks(const std::string& dir, const Job& job, int rank,
+                        ProcessGroups& groups) {
+  train::RankTrainerOptions options =
+      TrainerOptions(job, job.world_size, rank, RealClock::Default());
+  options.session_id = absl::StrCat(job.session, "/probe");
+  ASSIGN_OR_RETURN(std::unique_ptr<train::RankTrainer> trainer,
+                   train::RankTrainer::Create(options, &groups));
+  const int64_t window = job.window;
+  int64_t step = 0;
+  // u = 0: every rank its own one-rank task.
+  auto run = [&](int u, const std::vector<int64_t>& lengths,
+                 double recompute) -> absl::StatusOr<double> {
+    const v1::StepPlan plan =
+        u == 0 ? EveryRankTaskPlan(step, job.world_size, lengths, recompute)
+               : GroupTaskPlan(step, job.world_size, u, lengths, recompute,
+                               absl::StrCat(job.session, "/probe/u", u));
+    ASSIGN_OR_RETURN(RankPlan mine, RankPlanFromStep(plan, rank));
+    ++step;
+    ASSIGN_OR_RETURN(train::StepStats stats, trainer->Step(mine));
+    if (stats.task_seconds.size() != 1) {
+      return absl::InternalError("the trainer timed no task");
+    }
+    return stats.task_seconds[0];
+  };
+  // p = 1 (every rank its own task at once), then each Ulysses degree of
+  // the world's group; u = 0 stands for the one-rank tasks.
+  std::vector<int> shapes = {0};
+  for (int u : ProbeUlyssesDegrees(job)) shapes.push_back(u);
+  for (int u : shapes) {
+    RETURN_IF_ERROR(run(u, {window / 8}, 0).status());  // Warm-up.
+    for (const std::vector<int64_t>& lengths : ProbeShapes(window)) {
+      for (double recompute : {0.0, 1.0}) {
+        TaskRecord record;
+        record.group_size = u == 0 ? 1 : job.world_size;
+        record.ulysses = u == 0 || u == job.world_size ? 0 : u;
+        record.recompute = recompute;
+        record.lengths = lengths;
+        record.seconds = std::numeric_limits<double>::infinity();
+        for (int i = 0; i < kProbeTaskRuns; ++i) {
+          ASSIGN_OR_RETURN(double seconds, run(u, lengths, recompute));
+          record.seconds = std::min(record.seconds, seconds);
+        }
+        if (rank == 0) RETURN_IF_ERROR(AppendTaskRecord(dir, record));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status RunGlooProbe(const std::string& dir, int rank,
+                          const std::string& address) {
+  train::SetTorchThreads(1);
+  RETURN_IF_ERROR(KeepFreedMemory());  // As the ranks train.
+  ASSIGN_OR_RETURN(Job job, ReadJob(dir));
+  ASSIGN_OR_RETURN(
+      examples::RankGroups groups,
+      examples::ConnectRankGroups(address, job.session, rank,
+                                  absl::Seconds(job.group_timeout_s)));
+  ASSIGN_OR_RETURN(c10d::ProcessGroup * world,
+                   groups.groups->DataParallel(
+                       job.world_size, /*epoch=*/0,
+                       absl::StrCat(job.session, "/probe/world")));
+  std::vector<GlooRecord> records;
+  for (int64_t per_peer :
+       {kProbeSmallFloatsPerPeer, kProbeLargeFloatsPerPeer}) {
+    const int64_t floats = per_peer * job.world_size;
+    at::Tensor in = at::ones({floats});
+    at::Tensor out = at::empty({floats});
+    std::vector<int64_t> even;  // Equal splits.
+    ASSIGN_OR_RETURN(
+        double seconds,
+        MedianSeconds(*world, absl::StrCat("an all-to-all of ", floats,
+                                           " floats"),
+                      [&] { return world->alltoall_base(out, in, even, even); }));
+    records.push_back({"all_to_all", floats, seconds});
+  }
+  const int64_t params = static_cast<int64_t>(job.model.TotalParams());
+  std::vector<at::Tensor> gradient = {at::ones({params})};
+  ASSIGN_OR_RETURN(
+      double seconds,
+      MedianSeconds(*world, absl::StrCat("an all-reduce of ", params,
+                                         " floats"),
+                    [&] { return world->allreduce(gradient); }));
+  records.push_back({"all_reduce", params, seconds});
+  if (rank == 0) {
+    for (const GlooRecord& r : records) {
+      RETURN_IF_ERROR(AppendGlooRecord(dir, r));
+    }
+  }
+  return ProbeTasks(dir, job, rank, *groups.groups);
+}
 
 absl::Status KeepFreedMemory() {
   if (mallopt(M_MMAP_THRESHOLD, kKeepMmapThresholdBytes) != 1 ||

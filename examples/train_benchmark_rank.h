@@ -31,6 +31,20 @@ absl::Status KeepFreedMemory();
 absl::Status RunRank(const std::string& dir, int rank,
                      const std::string& address);
 
+/// Rank `rank` of the probe that runs before the plans are made, over
+/// groups formed through the store at `address` apart from the training's.
+/// The world's group times all-to-alls of two sizes and an all-reduce of
+/// the model's gradient, each the median of several runs after warm-ups,
+/// every run started from a barrier (`AppendGlooRecord`: what
+/// `FitGlooCosts` turns into the spec's Gloo costs); then training tasks of
+/// a few shapes on the whole world, at each Ulysses degree it allows (the
+/// plain ring among them) and recompute 0 and 1, each the fastest of three
+/// runs on a wall clock (`AppendTaskRecord`: what the cost model is fitted
+/// to). Rank 0 writes the records. torch runs at one thread, as the ranks
+/// train.
+absl::Status RunGlooProbe(const std::string& dir, int rank,
+                          const std::string& address);
+
 /// One rank alone (a world of one): the same task, one sequence of the
 /// job's `memory_length` tokens, run at recompute 1, 0.5 and 0, each with
 /// the peak resident memory reset before the step and read after it. In
