@@ -118,13 +118,19 @@ for ((rank = 0; rank < world; ++rank)); do
 done
 # An agent that fails would leave the others waiting for its steps: stop
 # at the first failure (the EXIT trap ends the rest).
+# Each wait names only the agents still running (a reaped pid is no job of
+# this shell's any more, and bash says so).
+running=("${agent_pids[@]}")
 for ((i = 0; i < world; ++i)); do
-  if ! wait -n "${agent_pids[@]}"; then
+  if ! wait -n -p ended "${running[@]}"; then
     sleep 0.2
     echo "run_demo: an agent failed; the agents' last messages:" >&2
     tail -n 2 "${logs}"/agent-*.err >&2
     exit 1
   fi
+  still=()
+  for pid in "${running[@]}"; do [[ "${pid}" == "${ended}" ]] || still+=("${pid}"); done
+  running=("${still[@]}")
 done
 sleep 0.2  # The last log lines.
 kill "${tail_pid}" 2>/dev/null || true
