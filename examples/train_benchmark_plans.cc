@@ -1,7 +1,6 @@
 #include "examples/train_benchmark_plans.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -26,43 +25,6 @@ v1::StepPlan ToWire(const StepPlan& plan, const LengthView& lengths,
         absl::StrCat(session, "/e0/g", absl::StrJoin(group.ranks(), "-")));
   }
   return wire;
-}
-
-// The plain-Ulysses configuration whose static plans `model` predicts
-// fastest over `batches`, ties to the smaller group, then the smaller ratio.
-absl::StatusOr<TunedStatic> TuneOnModel(
-    const CostModel& model, const ReferenceCluster& reference,
-    const LengthView& lengths,
-    const std::vector<std::vector<int64_t>>& batches, int world) {
-  const int layers = reference.model().layers;
-  TunedStatic best;
-  best.total_makespan_s = std::numeric_limits<double>::infinity();
-  for (int p = 1; p <= world; ++p) {
-    if (world % p != 0 || reference.model().heads % p != 0) continue;
-    for (int k = 0; k <= layers; ++k) {
-      const double recompute = static_cast<double>(k) / layers;
-      if (model.MaxTokensPerGpu(recompute) * p < lengths.window()) continue;
-      const StaticConfig config{p, recompute, /*ulysses=*/0};
-      double total = 0;
-      for (size_t i = 0; i < batches.size(); ++i) {
-        ASSIGN_OR_RETURN(StepPlan plan,
-                         PlanStatic(reference, lengths, static_cast<int64_t>(i),
-                                    batches[i], config, /*balanced=*/true));
-        total += PredictedMakespan(model, plan, lengths, world);
-      }
-      ++best.configs_tried;
-      if (total < best.total_makespan_s) {
-        best.config = config;
-        best.total_makespan_s = total;
-      }
-    }
-  }
-  if (best.configs_tried == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no plain-Ulysses static configuration holds a sequence of the "
-        "window's ", lengths.window(), " tokens in memory"));
-  }
-  return best;
 }
 
 }  // namespace
@@ -97,8 +59,13 @@ absl::StatusOr<PlanSet> MakePlanSet(const LengthView& lengths,
   const ReferenceCluster reference(cluster, model.model(),
                                    options.world_size);
   PlanSet out;
-  ASSIGN_OR_RETURN(out.tuned, TuneOnModel(model, reference, lengths, batches,
-                                          options.world_size));
+  ASSIGN_OR_RETURN(
+      out.tuned,
+      TuneStatic(reference, lengths, batches, /*balanced=*/true,
+                 StaticSearch::kUlyssesOnly, [&](const StepPlan& plan) {
+                   return PredictedMakespan(model, plan, lengths,
+                                            options.world_size);
+                 }));
   for (size_t i = 0; i < batches.size(); ++i) {
     const int64_t step = static_cast<int64_t>(i);
     ASSIGN_OR_RETURN(StepPlan dcp, planner.PlanStep(step, batches[i], lengths));

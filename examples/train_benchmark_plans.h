@@ -51,13 +51,13 @@ double PredictedMakespan(const CostModel& model, const StepPlan& plan,
 
 /// Builds `options.steps` batches over `lengths` (StepBuilder, no
 /// look-ahead) and plans each with the dcp Planner over `model` and with
-/// `PlanStatic(..., balanced)` (its packing on `ReferenceCluster(cluster,
-/// ...)`) at the plain-Ulysses configuration (p dividing the world and the
-/// heads, recompute on the 1/layers grid, every window-long sequence
-/// fitting `model`'s memory) whose plans `model` predicts fastest over the
-/// same batches: the planner and the baseline are judged on the same
-/// costs. Errors of the planner or the static plans as they are;
-/// INVALID_ARGUMENT when no static configuration fits.
+/// `PlanStatic(..., balanced)` on `ReferenceCluster(cluster, ...)` at the
+/// plain-Ulysses configuration `TuneStatic(..., kUlyssesOnly)` finds best
+/// over the same batches when `model` judges the plans
+/// (`PredictedMakespan`): the planner and the baseline are judged on the
+/// same costs (the fit leaves the memory terms alone, so `cluster` and
+/// `model` agree on what fits). Errors of the planner, the tuning or the
+/// static plans as they are.
 absl::StatusOr<PlanSet> MakePlanSet(const LengthView& lengths,
                                     const CostModel& model,
                                     const ClusterSpec& cluster,

@@ -179,11 +179,16 @@ absl::StatusOr<double> TotalMakespan(
     const ReferenceCluster& cluster, const LengthView& lengths,
     absl::Span<const std::vector<int64_t>> steps,
     const std::function<absl::StatusOr<StepPlan>(
-        int64_t, absl::Span<const int64_t>)>& plan_step) {
+        int64_t, absl::Span<const int64_t>)>& plan_step,
+    const StepJudge& judge = nullptr) {
   double total = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     ASSIGN_OR_RETURN(StepPlan plan,
                      plan_step(static_cast<int64_t>(i), steps[i]));
+    if (judge) {
+      total += judge(plan);
+      continue;
+    }
     ASSIGN_OR_RETURN(StepReport report, ReplayStep(cluster, plan, lengths));
     total += report.makespan_s;
   }
@@ -313,7 +318,7 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
 absl::StatusOr<TunedStatic> TuneStatic(
     const ReferenceCluster& cluster, const LengthView& lengths,
     absl::Span<const std::vector<int64_t>> steps, bool balanced,
-    StaticSearch search) {
+    StaticSearch search, const StepJudge& judge) {
   if (steps.empty()) {
     return absl::InvalidArgumentError("TuneStatic: no steps to tune on");
   }
@@ -344,11 +349,13 @@ absl::StatusOr<TunedStatic> TuneStatic(
       const StaticConfig config{p, GridRatio(k, layers), shape.ulysses};
       ASSIGN_OR_RETURN(
           double total,
-          TotalMakespan(cluster, lengths, steps,
-                        [&](int64_t step, absl::Span<const int64_t> samples) {
-                          return PlanStatic(cluster, lengths, step, samples,
-                                            config, balanced);
-                        }));
+          TotalMakespan(
+              cluster, lengths, steps,
+              [&](int64_t step, absl::Span<const int64_t> samples) {
+                return PlanStatic(cluster, lengths, step, samples, config,
+                                  balanced);
+              },
+              judge));
       ++best.configs_tried;
       if (total < best.total_makespan_s) {
         best.config = config;

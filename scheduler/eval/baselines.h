@@ -2,6 +2,7 @@
 #define DCP_SCHEDULER_EVAL_BASELINES_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -116,9 +117,14 @@ enum class StaticSearch {
   kUlyssesOnly,
 };
 
+/// What a plan's makespan is judged to be, in seconds (`TuneStatic`).
+using StepJudge = std::function<double(const StepPlan& plan)>;
+
 /// The "tuned static configuration": the feasible (p, u, r) with the least
-/// total replayed makespan of `PlanStatic(..., balanced)` over `steps`
-/// (step i gets step number i).
+/// total makespan of `PlanStatic(..., balanced)` over `steps` (step i gets
+/// step number i), each plan replayed on `cluster`, or judged by `judge`
+/// when it is set (a cost model of the caller's own: the plans and their
+/// feasibility stay `cluster`'s).
 ///
 /// For every shape (p, u) of `StaticShapes` (`search` may keep only u = p)
 /// it tries the smallest recompute ratio on the 1/layers grid whose task
@@ -134,7 +140,8 @@ enum class StaticSearch {
 absl::StatusOr<TunedStatic> TuneStatic(
     const ReferenceCluster& cluster, const LengthView& lengths,
     absl::Span<const std::vector<int64_t>> steps, bool balanced,
-    StaticSearch search = StaticSearch::kUlyssesAndRing);
+    StaticSearch search = StaticSearch::kUlyssesAndRing,
+    const StepJudge& judge = nullptr);
 
 /// Megatron-style dynamic context parallelism.
 struct DynamicCpOptions {

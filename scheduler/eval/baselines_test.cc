@@ -359,6 +359,37 @@ TEST(TuneStaticTest, FindsTheBestFeasibleConfig) {
   }
 }
 
+// A judge of the caller's own picks the configuration: one that calls
+// every plan but those of plain Ulysses over 4 ranks at recompute 0.5 slow
+// gets that one, and the total is the judge's, not the replay's.
+TEST(TuneStaticTest, AJudgeOfTheCallersOwnDecides) {
+  ReferenceCluster cluster = Small();
+  std::vector<int32_t> raw = UniformLengths(400, 20, 1000, 17);
+  LengthView lengths(raw, 1000);
+  StepBuilderOptions options;
+  options.tokens_per_step = 6000;
+  auto steps = BuildSteps(lengths, options, 3);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  int judged = 0;
+  const StepJudge judge = [&judged](const StepPlan& plan) {
+    ++judged;
+    const TaskPlan& task = plan.tasks.front();
+    return task.ranks.size() == 4 && task.UlyssesDegree() == 4 &&
+                   task.recompute == 0.5
+               ? 1.0
+               : 2.0;
+  };
+  absl::StatusOr<TunedStatic> tuned =
+      TuneStatic(cluster, lengths, *steps, /*balanced=*/true,
+                 StaticSearch::kUlyssesOnly, judge);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->config.group_size, 4);
+  EXPECT_EQ(tuned->config.UlyssesDegree(), 4);
+  EXPECT_EQ(tuned->config.recompute, 0.5);
+  EXPECT_EQ(tuned->total_makespan_s, 1.0 * steps->size());
+  EXPECT_EQ(judged, tuned->configs_tried * static_cast<int>(steps->size()));
+}
+
 TEST(TuneStaticTest, InfeasibleWindowNamesIt) {
   ReferenceCluster cluster = Small();
   std::vector<int32_t> raw = {100, 10000};
