@@ -12,6 +12,11 @@ namespace dcp {
 /// `SecurityOptions`.
 SecurityOptions SecurityOptionsFromFlags();
 
+/// Those flags' line of a main's usage message.
+inline constexpr char kSecurityFlagsUsage[] =
+    "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM] [--tls_server_name=NAME]]"
+    " [--auth_token_file=FILE] [--job_id=ID] [--insecure]";
+
 }  // namespace dcp
 
 #endif  // DCP_COMMON_SECURITY_FLAGS_H_

@@ -510,7 +510,7 @@ absl::Status Run() {
 }  // namespace dcp
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "The dcp per-rank agent.\n"
       "  dcp-agent --scheduler=HOST:PORT --rank=R --world_size=N "
       "[--mode=execute|serve]\n"
@@ -522,9 +522,8 @@ int main(int argc, char** argv) {
       "    [--metrics_listen=HOST:PORT] [--metrics_port_file=FILE]\n"
       "    [--metrics_tls_cert=PEM --metrics_tls_key=PEM "
       "[--metrics_tls_ca=PEM]]\n"
-      "    [--metrics_max_connections=N] [--metrics_connection_timeout=D]\n"
-      "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
-      "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
+      "    [--metrics_max_connections=N] [--metrics_connection_timeout=D]\n",
+      dcp::kSecurityFlagsUsage));
   absl::ParseCommandLine(argc, argv);
   // As in dcp-scheduler: Debian's Abseil has the mutex deadlock detector
   // on; the tests keep it.

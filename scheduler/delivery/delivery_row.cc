@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,6 +112,39 @@ void SetLatencies(const std::vector<double>& step_ms,
   result->spread_p50_ms = Percentile(spread_ms, 0.5);
 }
 
+// When the first and the last agent of a fleet received a step.
+struct Arrivals {
+  absl::Time earliest;
+  absl::Time latest;
+};
+
+// `step`'s arrivals, or nullopt while an agent has not received it.
+std::optional<Arrivals> ArrivalsOf(const AgentFleet& fleet, int64_t step) {
+  Arrivals out{absl::InfiniteFuture(), absl::InfinitePast()};
+  for (int rank = 0; rank < fleet.size(); ++rank) {
+    const absl::Time t = fleet.received(rank, step);
+    if (t == absl::InfinitePast()) return std::nullopt;
+    out.earliest = std::min(out.earliest, t);
+    out.latest = std::max(out.latest, t);
+  }
+  return out;
+}
+
+// A delivered step's latencies from `planned`: the last agent's, every
+// agent's, and the spread between the first and the last.
+void AddLatencies(const AgentFleet& fleet, int64_t step, absl::Time planned,
+                  const Arrivals& arrived, std::vector<double>* step_ms,
+                  std::vector<double>* agent_ms,
+                  std::vector<double>* spread_ms) {
+  for (int rank = 0; rank < fleet.size(); ++rank) {
+    agent_ms->push_back(
+        absl::ToDoubleMilliseconds(fleet.received(rank, step) - planned));
+  }
+  step_ms->push_back(absl::ToDoubleMilliseconds(arrived.latest - planned));
+  spread_ms->push_back(
+      absl::ToDoubleMilliseconds(arrived.latest - arrived.earliest));
+}
+
 // Per step: t0, and the first and last arrival over the agents, of the
 // steps in [first_measured, max_steps); `start` is when the agents started.
 void ReduceSteps(const std::vector<PlannedStep>& planned,
@@ -124,26 +158,14 @@ void ReduceSteps(const std::vector<PlannedStep>& planned,
   for (const PlannedStep& p : planned) {
     if (p.step < first_measured || p.step >= max_steps) continue;
     if (!p.exact) ++result->inexact_t0;
-    absl::Time earliest = absl::InfiniteFuture();
-    absl::Time latest = absl::InfinitePast();
-    bool complete = true;
-    for (int rank = 0; rank < fleet.size(); ++rank) {
-      const absl::Time t = fleet.received(rank, p.step);
-      if (t == absl::InfinitePast()) {
-        complete = false;
-        continue;
-      }
-      agent_ms.push_back(absl::ToDoubleMilliseconds(t - p.planned));
-      earliest = std::min(earliest, t);
-      latest = std::max(latest, t);
-    }
-    if (!complete) {
+    const std::optional<Arrivals> arrived = ArrivalsOf(fleet, p.step);
+    if (!arrived.has_value()) {
       ++result->incomplete_steps;
       continue;
     }
     ++result->measured_steps;
-    step_ms.push_back(absl::ToDoubleMilliseconds(latest - p.planned));
-    spread_ms.push_back(absl::ToDoubleMilliseconds(latest - earliest));
+    AddLatencies(fleet, p.step, p.planned, *arrived, &step_ms, &agent_ms,
+                 &spread_ms);
     plan_ms.push_back(absl::ToDoubleMilliseconds(p.planning_time));
     fanout_ms.push_back(absl::ToDoubleMilliseconds(p.callback - p.planned));
     if (p.exact) {
@@ -152,7 +174,7 @@ void ReduceSteps(const std::vector<PlannedStep>& planned,
     }
     tasks += p.tasks;
     delivered.emplace_back(static_cast<double>(p.step),
-                           absl::ToDoubleSeconds(latest - start));
+                           absl::ToDoubleSeconds(arrived->latest - start));
   }
   SetLatencies(step_ms, agent_ms, spread_ms, result);
   result->plan_p50_ms = Percentile(plan_ms, 0.5);
@@ -269,31 +291,18 @@ void ReduceArrivals(const AgentFleet& fleet, const AgentRun& run,
   std::vector<std::pair<double, double>> delivered;
   std::vector<double> step_ms, agent_ms, spread_ms;
   for (int64_t step = first_measured; step < max_steps; ++step) {
-    absl::Time earliest = absl::InfiniteFuture();
-    absl::Time latest = absl::InfinitePast();
-    bool complete = true;
-    for (int rank = 0; rank < fleet.size() && complete; ++rank) {
-      const absl::Time t = fleet.received(rank, step);
-      complete = t != absl::InfinitePast();
-      earliest = std::min(earliest, t);
-      latest = std::max(latest, t);
-    }
-    if (!complete) {
+    const std::optional<Arrivals> arrived = ArrivalsOf(fleet, step);
+    if (!arrived.has_value()) {
       ++result->incomplete_steps;
       continue;
     }
     ++result->measured_steps;
     delivered.emplace_back(static_cast<double>(step),
-                           absl::ToDoubleSeconds(latest - start));
+                           absl::ToDoubleSeconds(arrived->latest - start));
     const int64_t planned_us = run.planned_at_us[step].load();
     if (planned_us <= 0) continue;
-    const absl::Time planned = absl::FromUnixMicros(planned_us);
-    for (int rank = 0; rank < fleet.size(); ++rank) {
-      agent_ms.push_back(
-          absl::ToDoubleMilliseconds(fleet.received(rank, step) - planned));
-    }
-    step_ms.push_back(absl::ToDoubleMilliseconds(latest - planned));
-    spread_ms.push_back(absl::ToDoubleMilliseconds(latest - earliest));
+    AddLatencies(fleet, step, absl::FromUnixMicros(planned_us), *arrived,
+                 &step_ms, &agent_ms, &spread_ms);
   }
   result->steps_per_s = StepsPerSecond(delivered);
   SetLatencies(step_ms, agent_ms, spread_ms, result);

@@ -176,11 +176,10 @@ absl::Status Run(const std::string& command) {
 }  // namespace dcp
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "Controls a running dcp-scheduler.\n"
-      "  dcp-ctl --scheduler=HOST:PORT [--json] status|drain|stop\n"
-      "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
-      "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
+      "  dcp-ctl --scheduler=HOST:PORT [--json] status|drain|stop\n",
+      dcp::kSecurityFlagsUsage));
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr,

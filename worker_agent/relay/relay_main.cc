@@ -93,13 +93,12 @@ absl::Status Run() {
 }  // namespace dcp
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "The dcp node relay: a node's agents reach the scheduler through it.\n"
       "  dcp-node-relay --listen=unix:PATH|127.0.0.1:PORT "
       "--scheduler=HOST:PORT\n"
-      "    [--port_file=FILE] [--gather_window=20ms] [--report_linger=5ms]\n"
-      "    [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] "
-      "[--auth_token_file=FILE] [--job_id=ID] [--insecure]");
+      "    [--port_file=FILE] [--gather_window=20ms] [--report_linger=5ms]\n",
+      dcp::kSecurityFlagsUsage));
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::Status status = dcp::Run();
