@@ -28,6 +28,11 @@ import torch.nn.functional as F
 import dcp.torch as dt
 
 
+# torch's fused attention (torch >= 2.0; Debian's 1.13 has none): the
+# per-sample attention's kernel where there is one.
+_SDPA = getattr(F, "scaled_dot_product_attention", None)
+
+
 def load_spec(path):
     """A model description (data/models/*.json; common/model_spec.h)."""
     with open(path) as f:
@@ -110,6 +115,12 @@ class _Run:
             if group > 1:
                 ks = ks.repeat_interleave(group, 0)
                 vs = vs.repeat_interleave(group, 0)
+            if _SDPA is not None:
+                # torch >= 2.0: the fused kernel (flash attention on a GPU
+                # in half precision), which never holds the scores.
+                pieces.append(_SDPA(qs, ks, vs, is_causal=True)
+                              .transpose(0, 1))
+                continue
             scores = torch.matmul(qs, ks.transpose(1, 2)) * scale
             future = torch.ones(length, length, dtype=torch.bool,
                                 device=q.device).triu(1)

@@ -167,8 +167,10 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=0,
                         help="of the weights, the corpus and the plain "
                              "loop's shuffle")
-    parser.add_argument("--dtype", choices=["float32", "float64"],
-                        default="float32")
+    parser.add_argument("--dtype", choices=["float32", "float64", "bfloat16"],
+                        default="float32",
+                        help="of the weights and activations (bfloat16: on a "
+                             "GPU, for speed; the optimizer's state too)")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--device", default="cpu",
                         help="cpu, or cuda (rank r on GPU r %% devices; "
@@ -212,7 +214,8 @@ def main(argv):
         DEVICE = "cuda"
     dist.init_process_group("nccl" if DEVICE == "cuda" else "gloo")
     spec = load_spec(args.model_config)
-    dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
+    dtype = {"float32": torch.float32, "float64": torch.float64,
+             "bfloat16": torch.bfloat16}[args.dtype]
     model = Transformer(spec, seed=args.seed, dtype=dtype, device=DEVICE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr,
                                   weight_decay=0.01)

@@ -22,14 +22,19 @@
 #      (tools/device/profile_model.py; on a torch without CUDA a short CPU
 #      table instead), then dcp-plan fitted to that table (or to
 #      tools/device/profile_sample.csv when there is none);
-#   4. the plan-delivery benchmark with the host's cores, paced at 10 steps/s
+#   4. a dcp job: the bundle's dcp-scheduler and examples/train.py in dcp
+#      mode on one GPU (NCCL, bfloat16, a 1.1B model, sequences to 64K
+#      tokens, 40 steps), the cost model's out-of-sample errors from
+#      dcp-ctl's status (without torch.cuda a tiny CPU job instead);
+#   5. the plan-delivery benchmark with the host's cores, paced at 10 steps/s
 #      and flat out (goal: a step delivered to 1,024 agents within 5 ms at
 #      p99, and 10 steps/s).
 # Everything it prints is saved in ${OUT:-/tmp}/device_check/: device_check.log
-# (all of it), summary.txt, profile.csv and dcp-plan's stats (plan_*.json).
-# Knobs: DCP_BUNDLE (default device_bundle), PYTHON (python3),
-# DEVICE_CHECK_AGENTS (256,1024), DEVICE_CHECK_STEPS (100). Exit status: 1 when
-# a step failed or timed out.
+# (all of it), summary.txt, profile.csv, dcp-plan's stats (plan_*.json) and
+# the job's logs and status (job_*). Knobs: DCP_BUNDLE (default
+# device_bundle), PYTHON (python3), DEVICE_CHECK_AGENTS (256,1024),
+# DEVICE_CHECK_STEPS (100), DEVICE_CHECK_JOB=cpu (the tiny job even on a
+# GPU). Exit status: 1 when a step failed or timed out.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit
 
@@ -208,7 +213,7 @@ else
 fi
 
 # ---- 3. the model's profile on the GPU, and dcp-plan fitted to it ---------
-begin profile 35
+begin profile 20
 profile="${out}/profile.csv"
 rm -f "${profile}"
 profile_args=(--out="${profile}")
@@ -269,7 +274,78 @@ else
   finish "$(status_of "${rc}")" "fitted to ${table}"
 fi
 
-# ---- 4. plan delivery with the host's cores -------------------------------
+# ---- 4. a dcp job: the bundle's dcp-scheduler and examples/train.py -------
+# The whole job: dcp-scheduler plans for one rank (the H200 reference sheet
+# as its prior, refits from the reports) and examples/train.py trains in
+# dcp mode through the plain-Python client (client_lib/python/src: grpcio
+# and protobuf), on NCCL, in bfloat16 with torch's fused attention, a
+# 1.1B-parameter model (tools/device/llama-1b-like.json) over
+# longctx_wlb.txt cut to 64K tokens. dcp-ctl's status at the end holds the
+# cost model's out-of-sample errors on the GPU's own timings (job_status.json).
+# Without torch.cuda (or with DEVICE_CHECK_JOB=cpu) a tiny CPU job runs the
+# same parts instead, so that a machine without a GPU proves the step.
+begin job 35
+mapfile -t schedulers < <(binaries scheduler)
+mapfile -t ctls < <(binaries ctl)
+job_python_ok=0
+"${python}" -c 'import grpc, google.protobuf, torch' 2> /dev/null && job_python_ok=1
+if ((!have_bundle || ${#schedulers[@]} == 0 || ${#ctls[@]} == 0)); then
+  finish skip "${bundle_note}; no dcp-scheduler and dcp-ctl in it"
+elif ((!job_python_ok)); then
+  finish skip "${python} lacks grpc, protobuf or torch: no trainer"
+else
+  if ((torch_cuda)) && [[ "${DEVICE_CHECK_JOB:-}" != cpu ]]; then
+    note="GPU" job_steps=40
+    job_args=(--model_config=tools/device/llama-1b-like.json --window=65536
+      --tokens_per_step=131072)
+    train_args=(--device=cuda --dtype=bfloat16)
+  else
+    note="no GPU: a tiny CPU job" job_steps=6
+    job_args=(--model_config=data/models/cpu-tiny.json --window=512
+      --tokens_per_step=2048)
+    train_args=(--device=cpu --dtype=float32)
+  fi
+  rm -f "${out}/job.port"
+  "${bundle}/run.sh" "${schedulers[0]}" --lengths=data/lengths/longctx_wlb.txt \
+    "${job_args[@]}" --world_size=1 --max_steps="${job_steps}" \
+    --listen=127.0.0.1:0 --port_file="${out}/job.port" --metrics_listen= \
+    > "${out}/job_scheduler.log" 2>&1 &
+  scheduler_pid=$!
+  for _ in $(seq 100); do
+    [[ -s "${out}/job.port" ]] && break
+    kill -0 "${scheduler_pid}" 2> /dev/null || break
+    sleep 0.1  # The scheduler writes its port once it serves.
+  done
+  if [[ ! -s "${out}/job.port" ]]; then
+    tail -n 5 "${out}/job_scheduler.log"
+    kill "${scheduler_pid}" 2> /dev/null
+    finish FAIL "${note}: the scheduler did not start (job_scheduler.log)"
+  else
+    address="127.0.0.1:$(cat "${out}/job.port")"
+    PYTHONPATH="${PWD}/client_lib/python/src" PYTHONUNBUFFERED=1 \
+      bounded "${python}" examples/train.py --mode=dcp \
+      --scheduler="${address}" "${job_args[0]}" "${train_args[@]}" \
+      --local_world=1 --loss_log="${out}/job_loss.jsonl" \
+      > "${out}/job_train.log" 2>&1
+    rc=$?
+    tail -n 3 "${out}/job_train.log"
+    bounded "${bundle}/run.sh" "${ctls[0]}" --scheduler="${address}" --json \
+      status > "${out}/job_status.json" 2> /dev/null
+    bounded "${bundle}/run.sh" "${ctls[0]}" --scheduler="${address}" stop \
+      > /dev/null 2>&1
+    wait "${scheduler_pid}" 2> /dev/null
+    errors="$(grep -oE '"(step_error|unseen_task_error|refits)": *"?[0-9.e+-]+"?' \
+      "${out}/job_status.json" 2> /dev/null | tr -d ' ' | tr '\n' ' ')"
+    steps="$(grep -c '"step"' "${out}/job_loss.jsonl" 2> /dev/null || true)"
+    if ((rc == 0 && !torch_cuda)); then
+      finish skip "${note}: ${steps:-0} steps trained; ${errors:-no status}"
+    else
+      finish "$(status_of "${rc}")" "${note}: ${steps:-0} steps; ${errors:-no status}"
+    fi
+  fi
+fi
+
+# ---- 5. plan delivery with the host's cores -------------------------------
 begin delivery 100
 mapfile -t benchmarks < <(binaries delivery_benchmark)
 if ((!have_bundle || ${#benchmarks[@]} == 0)); then

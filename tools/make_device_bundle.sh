@@ -37,6 +37,8 @@ KERNEL_TARGETS=(
 TARGETS=(
   "planner //scheduler/eval:dcp-plan"
   "delivery_benchmark //scheduler/delivery:plan_delivery_benchmark"
+  "scheduler //scheduler/server:dcp-scheduler"
+  "ctl //scheduler/server:dcp-ctl"
 )
 
 # Sonames only the host can provide: the kernel's vDSO and the GPU driver's
