@@ -292,7 +292,7 @@ job_python_ok=0
 if ((!have_bundle || ${#schedulers[@]} == 0 || ${#ctls[@]} == 0)); then
   finish skip "${bundle_note}; no dcp-scheduler and dcp-ctl in it"
 elif ((!job_python_ok)); then
-  finish skip "${python} lacks grpc, protobuf or torch: no trainer"
+  finish skip "no ${python} with grpc, protobuf and torch: no trainer"
 else
   if ((torch_cuda)) && [[ "${DEVICE_CHECK_JOB:-}" != cpu ]]; then
     note="GPU" job_steps=40

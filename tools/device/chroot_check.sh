@@ -98,8 +98,8 @@ cp -a "${root}/out/device_check/." "${results}/"
 summary="${results}/summary.txt"
 steps="$(wc -l < "${summary}" 2> /dev/null || echo 0)"
 # One summary line per step of device_check.sh: host, kernels, profile,
-# planner, delivery.
-expected=5
+# planner, job, delivery.
+expected=6
 echo "=== device_check exit ${rc}; ${steps} of ${expected} steps in ${summary}"
 ((steps == expected)) || die "device_check did not run to the end"
 ((rc == 0)) || die "a step failed (see ${results}/device_check.log)"
