@@ -30,7 +30,8 @@
 #      and flat out (goal: a step delivered to 1,024 agents within 5 ms at
 #      p99, and 10 steps/s).
 # Everything it prints is saved in ${OUT:-/tmp}/device_check/: device_check.log
-# (all of it), summary.txt, profile.csv, dcp-plan's stats (plan_*.json) and
+# (all of it), device_check.json (the summary and the steps' JSON in one
+# file), summary.txt, profile.csv, dcp-plan's stats (plan_*.json) and
 # the job's logs and status (job_*). Knobs: DCP_BUNDLE (default
 # device_bundle), PYTHON (python3), DEVICE_CHECK_AGENTS (256,1024),
 # DEVICE_CHECK_STEPS (100), DEVICE_CHECK_JOB=cpu (the tiny job even on a
@@ -370,6 +371,34 @@ echo "=== summary ($(($(date +%s) - start)) s of ${budget}; saved in ${out})"
 cat "${summary}"
 rc=0
 grep -qE '^[^ ]+ +(FAIL|timeout) ' "${summary}" && rc=1
+
+# Everything in one JSON file beside the log: each step's summary line as
+# fields, and the JSON the steps wrote (dcp-plan's stats, the job's status).
+# awk, not python3: the host may have none.
+json_string() { awk '{ gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); gsub(/\t/, " "); printf "\"%s\"", $0 } END { if (NR == 0) printf "\"\"" }'; }
+{
+  echo "{"
+  echo "  \"budget_s\": ${budget}, \"seconds\": $(($(date +%s) - start)), \"exit\": ${rc},"
+  echo "  \"steps\": ["
+  first=1
+  while read -r name status seconds note; do
+    ((first)) || echo ","
+    first=0
+    printf '    {"name": %s, "status": %s, "seconds": %s, "note": %s}' \
+      "$(printf '%s' "${name}" | json_string)" \
+      "$(printf '%s' "${status}" | json_string)" "${seconds%s}" \
+      "$(printf '%s' "${note}" | json_string)"
+  done < "${summary}"
+  echo
+  echo "  ],"
+  for part in plan_datasheet plan_profiled job_status; do
+    f="${out}/${part}.json"
+    if [[ -s "${f}" ]]; then echo "  \"${part}\": $(cat "${f}"),"
+    else echo "  \"${part}\": null,"; fi
+  done
+  echo "  \"log\": \"device_check.log\""
+  echo "}"
+} > "${out}/device_check.json"
 # Let tee write the last lines before the device tool collects $OUT.
 exec 1>&- 2>&-
 wait "${tee_pid}" 2> /dev/null
