@@ -41,8 +41,9 @@ StepWindow::StepWindow(StepWindowOptions options)
       limits_{options_.world_size, options_.gpus_per_node,
               options_.max_task_seconds},
       clock_(options_.clock),
-      world_({options_.world_size, options_.rank_timeout,
-              options_.step_timeout, options_.on_rank_failure}),
+      membership_{options_.world_size, options_.rank_timeout,
+                  options_.step_timeout, options_.on_rank_failure},
+      world_(membership_),
       rank_streams_(options_.world_size, 0) {}
 
 // ----------------------------------------------------------- registration
@@ -51,8 +52,7 @@ absl::StatusOr<v1::RegisterResponse> StepWindow::Register(
     const v1::RegisterRequest& request,
     std::optional<RankFailureEvent>* returned) {
   RETURN_IF_ERROR(CheckRank(request.rank(), options_.world_size));
-  if (request.fixed_world() && detects_failures() &&
-      options_.on_rank_failure == RankFailurePolicy::kShrink) {
+  if (request.fixed_world() && membership_.Shrinks()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", request.rank(),
         " cannot follow a change of the world (an execute-mode agent: its "

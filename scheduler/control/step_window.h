@@ -240,9 +240,7 @@ class StepWindow {
   /// As above, keeping nothing durable.
   std::optional<RankFailureEvent> CheckLiveness() ABSL_LOCKS_EXCLUDED(mu_);
   /// Whether failures are detected, and how often to check.
-  bool detects_failures() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return world_.detects_failures();  // Fixed at construction.
-  }
+  bool detects_failures() const { return membership_.DetectsFailures(); }
 
   /// See `ControlPlane::OpenStream`; also UNAVAILABLE after `Shutdown`.
   absl::StatusOr<int64_t> OpenStream(int rank, absl::string_view session_id,
@@ -441,6 +439,8 @@ class StepWindow {
   const StepWindowOptions options_;
   const ReportLimits limits_;
   Clock* const clock_;
+  /// What `world_` was made with: read without the lock (it never changes).
+  const WorldMembershipOptions membership_;
 
   mutable absl::Mutex mu_;
   /// The ranks, their liveness and the epoch's world: the membership half.

@@ -42,6 +42,16 @@ struct WorldMembershipOptions {
   absl::Duration rank_timeout = absl::ZeroDuration();
   absl::Duration step_timeout = absl::ZeroDuration();
   RankFailurePolicy on_rank_failure = RankFailurePolicy::kHold;
+
+  /// Whether a rank can be declared failed at all (a timeout is set).
+  bool DetectsFailures() const {
+    return rank_timeout > absl::ZeroDuration() ||
+           step_timeout > absl::ZeroDuration();
+  }
+  /// A failure starts a smaller world (detection on, policy shrink).
+  bool Shrinks() const {
+    return DetectsFailures() && on_rank_failure == RankFailurePolicy::kShrink;
+  }
 };
 
 /// The job's ranks and its world: who registered (host, GPU, pid), when
@@ -72,16 +82,9 @@ class WorldMembership {
 
   int world_size() const { return options_.world_size; }
   RankFailurePolicy policy() const { return options_.on_rank_failure; }
-  /// Whether a rank can be declared failed at all (a timeout is set).
-  bool detects_failures() const {
-    return options_.rank_timeout > absl::ZeroDuration() ||
-           options_.step_timeout > absl::ZeroDuration();
-  }
-  /// A failure starts a smaller world (detection on, policy shrink).
-  bool shrinks() const {
-    return detects_failures() &&
-           options_.on_rank_failure == RankFailurePolicy::kShrink;
-  }
+  /// `WorldMembershipOptions::DetectsFailures` and `Shrinks`.
+  bool detects_failures() const { return options_.DetectsFailures(); }
+  bool shrinks() const { return options_.Shrinks(); }
 
   const RankRecord& rank(int r) const { return ranks_[r]; }
   /// The step-level books (who owes which step) that `StepWindow` keeps
