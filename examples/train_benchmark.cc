@@ -24,8 +24,8 @@
 // group or recompute, in both plans. The run prints the measured dcp/static
 // speed-up beside the one the cost model predicts for the same plans.
 //
-//   bazel run -c opt //examples:dcp-train-bench -- --world_size=2 \
-//     --memory_cap_tokens=512
+//   bazel run -c opt //examples:dcp-train-bench --
+//       --world_size=2 --memory_cap_tokens=384
 //
 // Exit 0: done; 1: recompute did not lower the peak memory; 2: bad flags or
 // a failure (the message says).
