@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -71,14 +72,20 @@ std::vector<Tile> MakeTiles(const RingMask& mask, int rank, int source) {
     tile.queries = at::tensor(queries, at::kLong);
     tile.keys = at::tensor(keys, at::kLong);
     if (mask.causal) {
-      const at::Tensor q_pos =
-          at::tensor(mask.positions[rank], at::kLong).index_select(
-              0, tile.queries);
-      const at::Tensor k_pos =
-          at::tensor(mask.positions[source], at::kLong).index_select(
-              0, tile.keys);
-      tile.allowed = k_pos.unsqueeze(0).le(q_pos.unsqueeze(1));
-      if (!tile.allowed.any().item<bool>()) continue;
+      // Positions read from the mask's own vectors: each tile gathers just
+      // its tokens'.
+      std::vector<int64_t> q_pos, k_pos;
+      for (int64_t i : queries) q_pos.push_back(mask.positions[rank][i]);
+      for (int64_t j : keys) k_pos.push_back(mask.positions[source][j]);
+      // Some pair may attend when the earliest key is at or before the
+      // latest query.
+      if (*std::min_element(k_pos.begin(), k_pos.end()) >
+          *std::max_element(q_pos.begin(), q_pos.end())) {
+        continue;
+      }
+      tile.allowed = at::tensor(k_pos, at::kLong)
+                         .unsqueeze(0)
+                         .le(at::tensor(q_pos, at::kLong).unsqueeze(1));
     } else {
       tile.allowed = at::ones({static_cast<int64_t>(queries.size()),
                                static_cast<int64_t>(keys.size())},
