@@ -131,9 +131,8 @@ absl::Status Agent::StartStreams() {
   reader.clock = clock_;
   reader.on_step_received = options_.on_step_received;
   if (options_.warm_groups) {
-    reader.on_groups = [this](int64_t epoch, int64_t /*step*/,
-                              const std::vector<v1::CommGroup>& groups,
-                              const std::vector<int>& /*world*/) {
+    reader.on_groups = [this](int64_t epoch,
+                              const std::vector<v1::CommGroup>& groups) {
       WarmGroups(epoch, groups);
     };
   }

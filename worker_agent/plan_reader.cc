@@ -181,19 +181,16 @@ void PlanReader::Dispatch(v1::PlanUpdate& update) {
       const absl::Time received = options_.clock->Now();
       v1::RankStep& step = *update.mutable_step();
       const int64_t epoch = step.epoch();
-      const int64_t index = step.step();
       const int64_t planned = step.planned_at_unix_micros();
       const std::vector<v1::CommGroup> groups(step.groups().begin(),
                                               step.groups().end());
-      const std::vector<int> world(step.world_ranks().begin(),
-                                   step.world_ranks().end());
       // Steps arrive in order on this one thread, so every member sees the
       // groups it shares with another in the same order (the plan's).
       if (!mailbox_->Put(std::move(step))) break;
       if (planned != 0 && options_.on_step_received) {
         options_.on_step_received(absl::FromUnixMicros(planned), received);
       }
-      if (options_.on_groups) options_.on_groups(epoch, index, groups, world);
+      if (options_.on_groups) options_.on_groups(epoch, groups);
       break;
     }
     case v1::PlanUpdate::kDrain:

@@ -40,13 +40,10 @@ struct PlanReaderOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);
   /// What the back-off sleeps on. Not owned; required.
   Clock* clock = nullptr;
-  /// Run on the reader thread with the epoch, step, groups and world
-  /// (`RankStep.world_ranks`, empty when the step names none) of each step
-  /// put in the mailbox (their warm-up; every step, also one without
-  /// groups, in order), and with each profile request. May be empty.
-  std::function<void(int64_t epoch, int64_t step,
-                     const std::vector<v1::CommGroup>& groups,
-                     const std::vector<int>& world)>
+  /// Run on the reader thread with the epoch and the groups of each step
+  /// put in the mailbox, in order (their warm-up), and with each profile
+  /// request. May be empty.
+  std::function<void(int64_t epoch, const std::vector<v1::CommGroup>& groups)>
       on_groups;
   std::function<void(const v1::ProfileRequest&)> on_profile;
   /// Run on the reader thread after each failed reconnection, with the
