@@ -171,19 +171,9 @@ constexpr double kSpecPriorWeight = 0.1;
 // `kSpecPriorWeight`) to the probe's tasks. Not to the calibration's: one
 // rank alone has the machine to itself, which the ranks never have while
 // they train (on a 2-core VM the two cores may be one core's hyperthreads).
-absl::StatusOr<FittedCosts> FitToProbe(const Job& job,
-                                       const ClusterSpec& cluster,
-                                       const std::vector<TaskRecord>& tasks) {
-  std::vector<TaskObservation> observations;
-  for (const TaskRecord& t : tasks) {
-    TaskObservation o;
-    o.group_size = t.group_size;
-    o.ulysses = t.ulysses;
-    o.recompute = t.recompute;
-    o.lengths = t.lengths;
-    o.seconds = t.seconds;
-    observations.push_back(std::move(o));
-  }
+absl::StatusOr<FittedCosts> FitToProbe(
+    const Job& job, const ClusterSpec& cluster,
+    std::vector<TaskObservation> observations) {
   const CostModel prior =
       CostModel::FromSpecs(cluster, job.model, job.world_size);
   ASSIGN_OR_RETURN(CostModel fitted,
@@ -391,8 +381,8 @@ absl::StatusOr<bool> RunInDir(const std::string& dir,
   ASSIGN_OR_RETURN(GlooCosts gloo, FitGlooCosts(records, job.world_size));
   const ClusterSpec cluster = CpuCluster(job.model, job.world_size, cal, gloo,
                                          o.memory_cap_tokens);
-  ASSIGN_OR_RETURN(std::vector<TaskRecord> tasks, ReadTaskRecords(dir));
-  ASSIGN_OR_RETURN(FittedCosts costs, FitToProbe(job, cluster, tasks));
+  ASSIGN_OR_RETURN(std::vector<TaskObservation> tasks, ReadTaskRecords(dir));
+  ASSIGN_OR_RETURN(FittedCosts costs, FitToProbe(job, cluster, std::move(tasks)));
   ASSIGN_OR_RETURN(PlanSet plans,
                    Plan(o, job, lengths, costs.fitted, cluster));
   PrintSetup(o, job, cal, gloo, cluster, costs, plans);

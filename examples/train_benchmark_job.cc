@@ -181,7 +181,8 @@ absl::StatusOr<std::vector<GlooRecord>> ReadGlooRecords(
   return out;
 }
 
-absl::Status AppendTaskRecord(const std::string& dir, const TaskRecord& r) {
+absl::Status AppendTaskRecord(const std::string& dir,
+                              const TaskObservation& r) {
   const nlohmann::json j = {{"group_size", r.group_size},
                             {"ulysses", r.ulysses},
                             {"recompute", r.recompute},
@@ -190,14 +191,14 @@ absl::Status AppendTaskRecord(const std::string& dir, const TaskRecord& r) {
   return WriteFile(TasksPath(dir), j.dump() + "\n", std::ios::app);
 }
 
-absl::StatusOr<std::vector<TaskRecord>> ReadTaskRecords(
+absl::StatusOr<std::vector<TaskObservation>> ReadTaskRecords(
     const std::string& dir) {
   ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
                    ReadJsonLines(TasksPath(dir)));
-  std::vector<TaskRecord> out;
+  std::vector<TaskObservation> out;
   try {
     for (const nlohmann::json& j : lines) {
-      TaskRecord r;
+      TaskObservation r;
       r.group_size = j.at("group_size").get<int>();
       r.ulysses = j.at("ulysses").get<int>();
       r.recompute = j.at("recompute").get<double>();

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
 #include "proto/plan.pb.h"
+#include "scheduler/planner/cost_model.h"
 #include "train/trainer.h"
 
 namespace dcp::train_benchmark {
@@ -84,20 +85,12 @@ struct GlooRecord {
 absl::Status AppendGlooRecord(const std::string& dir, const GlooRecord& record);
 absl::StatusOr<std::vector<GlooRecord>> ReadGlooRecords(const std::string& dir);
 
-/// One task the probe timed on a group of the world: what the cost model is
-/// fitted to (as a `TaskObservation`).
-struct TaskRecord {
-  int group_size = 1;
-  /// The Ulysses degree (0: the whole group, no ring).
-  int ulysses = 0;
-  double recompute = 0;
-  std::vector<int64_t> lengths;
-  /// Rank 0's elapsed seconds of the task, the fastest of its runs.
-  double seconds = 0;
-};
-
-absl::Status AppendTaskRecord(const std::string& dir, const TaskRecord& record);
-absl::StatusOr<std::vector<TaskRecord>> ReadTaskRecords(const std::string& dir);
+/// A task the probe timed (rank 0's fastest run of it), as the cost model is
+/// fitted to it: group size, Ulysses degree, recompute, lengths, seconds.
+absl::Status AppendTaskRecord(const std::string& dir,
+                              const TaskObservation& record);
+absl::StatusOr<std::vector<TaskObservation>> ReadTaskRecords(
+    const std::string& dir);
 
 /// A step plan of one task over ranks 0 .. `world` - 1 (all of them, as
 /// `ulysses`-way Ulysses inside a ring, 0: the whole group), one sequence

@@ -198,7 +198,7 @@ absl::Status ProbeTasks(const std::string& dir, const Job& job, int rank,
     RETURN_IF_ERROR(run(u, {window / 8}, 0).status());  // Warm-up.
     for (const std::vector<int64_t>& lengths : ProbeShapes(window)) {
       for (double recompute : {0.0, 1.0}) {
-        TaskRecord record;
+        TaskObservation record;
         record.group_size = u == 0 ? 1 : job.world_size;
         record.ulysses = u == 0 || u == job.world_size ? 0 : u;
         record.recompute = recompute;
