@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +18,12 @@ std::string ExceptionText(const std::exception& e) {
     return c10->what_without_backtrace();
   }
   return e.what();
+}
+
+bool SaysTimedOut(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  return absl::StrContains(lower, "timed out") ||
+         absl::StrContains(lower, "timeout");
 }
 
 absl::Status RunCollective(
@@ -34,13 +42,9 @@ absl::Status RunCollective(
     work->wait();
   } catch (const std::exception& e) {
     const std::string text = ExceptionText(e);
-    const std::string lower = absl::AsciiStrToLower(text);
     const std::string message = absl::StrCat(what, " failed: ", text);
-    if (absl::StrContains(lower, "timed out") ||
-        absl::StrContains(lower, "timeout")) {
-      return absl::DeadlineExceededError(message);
-    }
-    return absl::UnavailableError(message);
+    return SaysTimedOut(text) ? absl::DeadlineExceededError(message)
+                              : absl::UnavailableError(message);
   }
   return absl::OkStatus();
 }

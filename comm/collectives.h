@@ -11,6 +11,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
 
@@ -18,6 +19,10 @@ namespace dcp {
 
 /// The exception's message, without c10's backtrace.
 std::string ExceptionText(const std::exception& e);
+
+/// Whether a failure's text says it timed out ("timeout", "timed out", in
+/// any case): what c10d and Gloo say of a peer that did not answer in time.
+bool SaysTimedOut(absl::string_view text);
 
 /// Runs one collective: `start` issues it over a group, this waits for it.
 /// What c10d throws while it runs (a peer gone, a timeout) becomes

@@ -12,13 +12,11 @@
 #include <vector>
 
 #include "absl/memory/memory.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "c10/util/Exception.h"
 #include "comm/c10d_store.h"
+#include "comm/collectives.h"
 #include "gloo/common/error.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
@@ -55,18 +53,11 @@ absl::Status FromException(const std::exception& e) {
   if (dynamic_cast<const c10d::TimeoutError*>(&e) != nullptr) {
     return absl::DeadlineExceededError(e.what());
   }
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
-    return absl::InternalError(c10->what_without_backtrace());
-  }
   if (dynamic_cast<const gloo::IoException*>(&e) != nullptr) {
-    const std::string lower = absl::AsciiStrToLower(e.what());
-    if (absl::StrContains(lower, "timeout") ||
-        absl::StrContains(lower, "timed out")) {
-      return absl::DeadlineExceededError(e.what());
-    }
-    return absl::UnavailableError(e.what());
+    return SaysTimedOut(e.what()) ? absl::DeadlineExceededError(e.what())
+                                  : absl::UnavailableError(e.what());
   }
-  return absl::InternalError(e.what());
+  return absl::InternalError(ExceptionText(e));
 }
 
 void IgnoreSigpipeIfDefault() {
