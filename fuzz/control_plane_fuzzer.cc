@@ -16,7 +16,7 @@
 //   - planning never fails and never passes the look-ahead or max_steps,
 //     and the cost model's coefficients stay finite, whatever was reported;
 //   - a call whose metadata (job id, bearer token) the guard refuses
-//     (CallAuthenticator, what GuardedSchedulerService checks first) is
+//     (CallAuthenticator, what SchedulerService checks first) is
 //     refused with UNAUTHENTICATED / PERMISSION_DENIED / INVALID_ARGUMENT
 //     exactly when a correct client's would not be, and reaches nothing;
 //   - with World.durable, a restart from the durable state keeps every

@@ -1,4 +1,4 @@
-// The guard (CallAuthenticator, what GuardedSchedulerService checks first)
+// The guard (CallAuthenticator, what SchedulerService checks first)
 // and the restart from the durable state, each checked against the oracle.
 
 #include <map>

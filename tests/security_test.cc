@@ -350,8 +350,8 @@ TEST_F(SecurityTest, JobIdIsCheckedOnEveryMethod) {
   ASSERT_NE(server, nullptr);
   const std::string session = server->control_plane().session_id();
   const std::map<std::string, MethodCall> calls = EveryMethod();
-  // The test knows every method of the service: a new one must be added to
-  // GuardedSchedulerService and here.
+  // The test knows every method of the service: a new one must check the
+  // call first in SchedulerService, and be added here.
   const google::protobuf::ServiceDescriptor* service =
       v1::RegisterRequest::descriptor()->file()->FindServiceByName(
           "Scheduler");

@@ -16,7 +16,6 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/server_interceptor.h"
-#include "scheduler/server/guarded_scheduler_service.h"
 #include "scheduler/server/scheduler_service.h"
 
 namespace dcp {
@@ -81,8 +80,11 @@ class RpcDoneInterceptorFactory final
 /// The service's options: the fan-out pool, and the answers of report
 /// streams and the ends of plan streams going to `on_rpc_done` under their
 /// methods' names.
-SchedulerServiceOptions ServiceOptions(const SchedulerServerOptions& options) {
+SchedulerServiceOptions ServiceOptions(const SchedulerServerOptions& options,
+                                       CallAuthenticator authenticator) {
   SchedulerServiceOptions service;
+  service.authenticator = std::move(authenticator);
+  service.on_refused = options.on_refused;
   service.fanout_threads = options.fanout_threads;
   if (options.on_rpc_done) {
     const RpcDoneCallback* on_done = &options.on_rpc_done;
@@ -109,19 +111,18 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     return absl::InvalidArgumentError("max_message_bytes must be <= 1 GiB");
   }
   // Before anything starts: bad security options or files fail at once.
-  ASSIGN_OR_RETURN(ServerSecurity security,
-                   MakeServerSecurity(options.security, options.listen_address));
+  ASSIGN_OR_RETURN(
+      ServerSecurity security,
+      MakeServerSecurity(options.security, options.listen_address));
   ControlPlaneOptions cp_options = std::move(options.control_plane);
   options.control_plane = ControlPlaneOptions();
   const int max_message_bytes = static_cast<int>(cp_options.max_message_bytes);
   ASSIGN_OR_RETURN(std::unique_ptr<ControlPlane> control_plane,
                    ControlPlane::Start(std::move(cp_options)));
   std::unique_ptr<SchedulerServer> server(
-      new SchedulerServer(std::move(options), std::move(control_plane)));
+      new SchedulerServer(std::move(options), std::move(control_plane),
+                          std::move(security.authenticator)));
   server->security_ = security.description;
-  server->guarded_ = std::make_unique<GuardedSchedulerService>(
-      server->service_.get(), std::move(security.authenticator),
-      server->options_.on_refused);
 
   // libgrpc++'s health service (grpc.health.v1.Health) in every server
   // built from here on: a process-wide switch, and the only way to it, as
@@ -130,7 +131,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->options_.listen_address,
                            security.credentials, &server->port_);
-  builder.RegisterService(server->guarded_.get());
+  builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   // A second scheduler on a fixed port must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -153,11 +154,13 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (server->server_ == nullptr || server->port_ == 0) {
     server->control_plane_->Shutdown();
     const bool tls = !server->options_.security.tls_cert.empty();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", server->options_.listen_address,
-        "' (address in use or not local?", tls ?
-        " Or the TLS certificate and key do not load: is --tls_key the key "
-        "of --tls_cert?)" : ")"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", server->options_.listen_address,
+                     "' (address in use or not local?",
+                     tls ? " Or the TLS certificate and key do not load: is "
+                           "--tls_key the key "
+                           "of --tls_cert?)"
+                         : ")"));
   }
   RETURN_IF_ERROR(server->StartHealth());
   return server;
@@ -185,12 +188,13 @@ absl::Status SchedulerServer::StartHealth() {
 }
 
 SchedulerServer::SchedulerServer(SchedulerServerOptions options,
-                                 std::unique_ptr<ControlPlane> control_plane)
+                                 std::unique_ptr<ControlPlane> control_plane,
+                                 CallAuthenticator authenticator)
     : options_(std::move(options)),
       control_plane_(std::move(control_plane)),
       service_(std::make_unique<SchedulerService>(
           control_plane_.get(),
-          ServiceOptions(options_))) {}
+          ServiceOptions(options_, std::move(authenticator)))) {}
 
 SchedulerServer::~SchedulerServer() { Shutdown(); }
 

@@ -21,7 +21,8 @@ class Server;
 
 namespace dcp {
 
-class GuardedSchedulerService;
+class CallAuthenticator;
+
 class SchedulerService;
 
 /// The health service name (grpc.health.v1.Health) that stays SERVING for
@@ -133,7 +134,8 @@ class SchedulerServer {
 
  private:
   SchedulerServer(SchedulerServerOptions options,
-                  std::unique_ptr<ControlPlane> control_plane);
+                  std::unique_ptr<ControlPlane> control_plane,
+                  CallAuthenticator authenticator);
 
   /// Marks the health service names SERVING and starts `health_watcher_`.
   absl::Status StartHealth();
@@ -144,10 +146,8 @@ class SchedulerServer {
   // Destroyed in reverse order: the gRPC server (whose calls use the
   // services and the control plane) first.
   std::unique_ptr<ControlPlane> control_plane_;
+  /// What the gRPC server serves, each call's token and job id checked.
   std::unique_ptr<SchedulerService> service_;
-  /// What the gRPC server serves: `service_` behind the token and job id
-  /// check.
-  std::unique_ptr<GuardedSchedulerService> guarded_;
   std::unique_ptr<grpc::Server> server_;
   /// Waits for the drain (or stop, planning error, shutdown) and turns the
   /// readiness names NOT_SERVING; joined by `Shutdown` before the gRPC

@@ -84,6 +84,17 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+/// A stream reactor that ends its call with `status` as soon as it is
+/// bound, and deletes itself when gRPC is done with it: a refused stream.
+template <typename Reactor>
+class Refusal final : public Reactor {
+ public:
+  explicit Refusal(const absl::Status& status) {
+    this->Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 /// The part of a plan-stream reactor that a wake reaches: `PumpLocked`
@@ -136,8 +147,8 @@ absl::Status CheckNodePlansRequest(const v1::NodePlansRequest& request) {
   absl::flat_hash_set<int32_t> seen;
   for (const v1::StreamPlansRequest& rank : request.ranks()) {
     if (!seen.insert(rank.rank()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "StreamNodePlans names rank ", rank.rank(), " twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("StreamNodePlans names rank ", rank.rank(), " twice"));
     }
   }
   return absl::OkStatus();
@@ -432,6 +443,8 @@ void StreamFanOut::Stop() {
 SchedulerService::SchedulerService(ControlPlane* control_plane,
                                    SchedulerServiceOptions options)
     : control_plane_(control_plane),
+      authenticator_(std::move(options.authenticator)),
+      on_refused_(std::move(options.on_refused)),
       on_stream_rpc_(std::move(options.on_stream_rpc)),
       report_streams_(std::make_unique<ReportStreams>()),
       fanout_(FanOutThreads(options) > 0
@@ -451,22 +464,39 @@ SchedulerService::~SchedulerService() {
   if (fanout_ != nullptr) fanout_->Stop();
 }
 
+absl::Status SchedulerService::Admit(
+    absl::string_view method,
+    const grpc::CallbackServerContext& context) const {
+  if (!authenticator_.has_value()) return absl::OkStatus();
+  absl::Status status = authenticator_->Check(context.client_metadata());
+  if (!status.ok() && on_refused_) on_refused_(method, status);
+  return status;
+}
+
 grpc::ServerUnaryReactor* SchedulerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
+  if (absl::Status s = Admit("Register", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   return Reply(context, control_plane_->Register(*request), response);
 }
 
 grpc::ServerWriteReactor<v1::PlanUpdate>* SchedulerService::StreamPlans(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const v1::StreamPlansRequest* request) {
+  if (absl::Status s = Admit("StreamPlans", *context); !s.ok()) {
+    return new Refusal<grpc::ServerWriteReactor<v1::PlanUpdate>>(s);
+  }
   return new PlanStreamReactor<v1::PlanUpdate>(
       control_plane_, fanout_, &on_stream_rpc_, {*request}, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<v1::NodePlanUpdate>* SchedulerService::StreamNodePlans(
-    grpc::CallbackServerContext* /*context*/,
-    const v1::NodePlansRequest* request) {
+    grpc::CallbackServerContext* context, const v1::NodePlansRequest* request) {
+  if (absl::Status s = Admit("StreamNodePlans", *context); !s.ok()) {
+    return new Refusal<grpc::ServerWriteReactor<v1::NodePlanUpdate>>(s);
+  }
   return new PlanStreamReactor<v1::NodePlanUpdate>(
       control_plane_, fanout_, &on_stream_rpc_,
       std::vector<v1::StreamPlansRequest>(request->ranks().begin(),
@@ -477,17 +507,29 @@ grpc::ServerWriteReactor<v1::NodePlanUpdate>* SchedulerService::StreamNodePlans(
 grpc::ServerUnaryReactor* SchedulerService::ReportTimings(
     grpc::CallbackServerContext* context, const v1::TimingReport* request,
     v1::ReportAck* response) {
+  if (absl::Status s = Admit("ReportTimings", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   return Reply(context, control_plane_->ReportTimings(*request), response);
 }
 
 grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>*
-SchedulerService::StreamReports(grpc::CallbackServerContext* /*context*/) {
+SchedulerService::StreamReports(grpc::CallbackServerContext* context) {
+  if (absl::Status s = Admit("StreamReports", *context); !s.ok()) {
+    return new Refusal<
+        grpc::ServerBidiReactor<v1::TimingReport, v1::ReportResult>>(s);
+  }
   return NewReportStream(control_plane_, &on_stream_rpc_,
                          report_streams_.get());
 }
 
 grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>*
-SchedulerService::StreamNodeReports(grpc::CallbackServerContext* /*context*/) {
+SchedulerService::StreamNodeReports(grpc::CallbackServerContext* context) {
+  if (absl::Status s = Admit("StreamNodeReports", *context); !s.ok()) {
+    return new Refusal<
+        grpc::ServerBidiReactor<v1::TimingReportBatch, v1::ReportResultBatch>>(
+        s);
+  }
   return NewNodeReportStream(control_plane_, &on_stream_rpc_,
                              report_streams_.get());
 }
@@ -495,12 +537,18 @@ SchedulerService::StreamNodeReports(grpc::CallbackServerContext* /*context*/) {
 grpc::ServerUnaryReactor* SchedulerService::ReportProfile(
     grpc::CallbackServerContext* context, const v1::ProfileReport* request,
     v1::ReportAck* response) {
+  if (absl::Status s = Admit("ReportProfile", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   return Reply(context, control_plane_->ReportProfile(*request), response);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::StoreSet(
     grpc::CallbackServerContext* context, const v1::StoreSetRequest* request,
     v1::StoreSetResponse* /*response*/) {
+  if (absl::Status s = Admit("StoreSet", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   return Reply(context,
                control_plane_->StoreSet(request->session_id(), request->key(),
                                         request->value()));
@@ -509,6 +557,9 @@ grpc::ServerUnaryReactor* SchedulerService::StoreSet(
 grpc::ServerUnaryReactor* SchedulerService::StoreGet(
     grpc::CallbackServerContext* context, const v1::StoreGetRequest* request,
     v1::StoreGetResponse* response) {
+  if (absl::Status s = Admit("StoreGet", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   const std::vector<std::string> keys(request->keys().begin(),
                                       request->keys().end());
   absl::StatusOr<std::vector<std::string>> values =
@@ -522,6 +573,9 @@ grpc::ServerUnaryReactor* SchedulerService::StoreGet(
 grpc::ServerUnaryReactor* SchedulerService::GetStatus(
     grpc::CallbackServerContext* context, const v1::StatusRequest* /*request*/,
     v1::StatusResponse* response) {
+  if (absl::Status s = Admit("GetStatus", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   *response = control_plane_->Status();
   return Reply(context, absl::OkStatus());
 }
@@ -529,6 +583,9 @@ grpc::ServerUnaryReactor* SchedulerService::GetStatus(
 grpc::ServerUnaryReactor* SchedulerService::Drain(
     grpc::CallbackServerContext* context, const v1::DrainRequest* request,
     v1::DrainResponse* response) {
+  if (absl::Status s = Admit("Drain", *context); !s.ok()) {
+    return Reply(context, s);
+  }
   response->set_last_step(control_plane_->Drain(request->stop()));
   return Reply(context, absl::OkStatus());
 }

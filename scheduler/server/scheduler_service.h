@@ -3,10 +3,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-
+#include "common/grpc_credentials.h"
 #include "proto/scheduler_service.grpc.pb.h"
 #include "scheduler/control/control_plane.h"
 
@@ -26,8 +27,20 @@ struct SchedulerServiceOptions {
   /// StreamReports or StreamNodeReports stream, and of every StreamPlans or
   /// StreamNodePlans call as it ends, on a gRPC thread (metrics). Quick and
   /// non-blocking; may be empty.
-  std::function<void(absl::string_view method, absl::StatusCode)>
-      on_stream_rpc;
+  std::function<void(absl::string_view method, absl::StatusCode)> on_stream_rpc;
+  /// The check every call must pass on its metadata (bearer token, job id)
+  /// before anything of it reaches the control plane; a call that fails it
+  /// ends at once with the check's status (UNAUTHENTICATED,
+  /// PERMISSION_DENIED), unary or stream alike. gRPC's auth metadata
+  /// processors only run on TLS ports, and its server interceptors cannot
+  /// end a call, so the check sits in each method, for plaintext and TLS
+  /// ports alike (//tests:security_test calls every method). Unset: no
+  /// check, for tests of the service alone; `SchedulerServer` always sets
+  /// it.
+  std::optional<CallAuthenticator> authenticator;
+  /// Called with the method's short name and the refusal of each call the
+  /// check refuses, on a gRPC thread: quick, never blocking. May be empty.
+  std::function<void(absl::string_view method, const absl::Status&)> on_refused;
 };
 
 /// The gRPC face of a `ControlPlane` (callback API). It only translates:
@@ -47,6 +60,10 @@ struct SchedulerServiceOptions {
 /// thread N enqueues; the pool's threads run the pumps (the writes). The
 /// destructor stops and joins the pool; wakes after that are dropped.
 /// Without one, a wake pumps its stream on the waking thread.
+///
+/// Every method first checks the call (`SchedulerServiceOptions::
+/// authenticator`); a method added to the proto and not implemented here
+/// answers UNIMPLEMENTED, so the check fails closed.
 ///
 /// Thread-safe. Owns the fan-out pool; does not own the control plane, which
 /// must outlive the service: destroy the `grpc::Server` (after `Shutdown`)
@@ -102,9 +119,14 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
                                   v1::DrainResponse* response) override;
 
  private:
+  /// OK, or why the call is refused (reported to `on_refused_`).
+  absl::Status Admit(absl::string_view method,
+                     const grpc::CallbackServerContext& context) const;
+
   ControlPlane* const control_plane_;
-  const std::function<void(absl::string_view, absl::StatusCode)>
-      on_stream_rpc_;
+  const std::optional<CallAuthenticator> authenticator_;
+  const std::function<void(absl::string_view, const absl::Status&)> on_refused_;
+  const std::function<void(absl::string_view, absl::StatusCode)> on_stream_rpc_;
   const std::unique_ptr<ReportStreams> report_streams_;
   /// Shared with the wakes handed to the control plane, which may outlive
   /// the service; stopped by the destructor. Null without a pool.
