@@ -23,6 +23,10 @@ libraries() {
   echo "kind('cc_library', $1) except attr(testonly, 1, $1)"
 }
 
+# The flag blocks several mains share: the only libraries that may define
+# flags (checked below, by their sources).
+flag_blocks="attr(name, '_flags\$', kind('cc_library', //...))"
+
 rules=(
   "$(delivered '//scheduler/server/... + //scheduler/control/...')"
   "//scheduler/eval/..."
@@ -43,6 +47,10 @@ rules=(
   "$(delivered '//... except //scheduler/delivery/...')"
   "//scheduler/delivery/..."
   "nothing delivered depends on the plan-delivery benchmark (scheduler/delivery): it may use the control plane and the server, not the other way round"
+
+  "$(libraries '//...') except ${flag_blocks}"
+  "${flag_blocks}"
+  "command-line flags are defined in mains: a flag block (a *_flags library, the flags several mains share) is linked by binaries and tests only, never by a library"
 )
 
 # Every package with C++ code, and the other packages its libraries and
@@ -64,6 +72,13 @@ if [[ "${1:-}" == "--graph" ]]; then
 fi
 
 broken=0
+# Outside mains, only a flag block's source defines flags.
+for file in $(git grep -l 'ABSL_FLAG(' -- '*.cc' | grep -v '_flags\.cc$' || true); do
+  if ! grep -q '^int main(' "${file}"; then
+    echo "layering broken: ${file} defines flags, but it is neither a main nor a flag block (*_flags.cc)"
+    broken=1
+  fi
+done
 for ((i = 0; i < ${#rules[@]}; i += 3)); do
   from="${rules[i]}" to="${rules[i + 1]}" why="${rules[i + 2]}"
   path="$(query "somepath(${from}, ${to})")" || {
@@ -76,5 +91,5 @@ for ((i = 0; i < ${#rules[@]}; i += 3)); do
     broken=1
   fi
 done
-((broken == 0)) && echo "layering: all $((${#rules[@]} / 3)) rules hold"
+((broken == 0)) && echo "layering: all $((${#rules[@]} / 3 + 1)) rules hold"
 exit "${broken}"
