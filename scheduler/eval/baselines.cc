@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -26,24 +27,22 @@ absl::Status CheckStaticConfig(const ReferenceCluster& cluster,
   const int p = config.group_size;
   const int heads = cluster.model().heads;
   if (p < 1 || cluster.world_size() % p != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("static config: group size ", p,
-                     " must divide the world size (", cluster.world_size(),
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "static config: group size ", p, " must divide the world size (",
+        cluster.world_size(), ")"));
   }
   if (config.ulysses == 0) {
     if (heads % p == 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
-        "static config: group size ", p, " must divide the head count (",
-        heads, ") to run as plain Ulysses, or the config must give a "
-               "Ulysses degree dividing both to run Ulysses inside a ring"));
+        "static config: group size ", p, " must divide the head count (", heads,
+        ") to run as plain Ulysses, or the config must give a "
+        "Ulysses degree dividing both to run Ulysses inside a ring"));
   }
   const int u = config.ulysses;
   if (u < 0 || p % u != 0 || heads % u != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "static config: Ulysses degree ", u,
-        " must divide the group size (", p, ") and the head count (", heads,
-        ")"));
+        "static config: Ulysses degree ", u, " must divide the group size (", p,
+        ") and the head count (", heads, ")"));
   }
   return absl::OkStatus();
 }
@@ -115,19 +114,19 @@ struct TokenTerms {
 };
 
 TokenTerms TermsOfTokens(const ReferenceCluster& cluster,
-                         absl::Span<const int> ranks, int64_t tokens,
-                         double recompute, int ulysses) {
+                         const ReferenceCluster::GroupLinks& group,
+                         int64_t tokens, double recompute, int ulysses) {
   const int64_t one[] = {tokens};
   const ReferenceCluster::TaskCost c =
-      cluster.Cost(ranks, one, recompute, ulysses);
+      cluster.CostOn(group, one, recompute, ulysses);
   return {c.total_s - std::max(c.attention_s, c.ring_s), c.ring_s};
 }
 
 double SequenceAttentionSeconds(const ReferenceCluster& cluster,
-                                absl::Span<const int> ranks, int64_t length,
-                                double recompute, int ulysses) {
+                                const ReferenceCluster::GroupLinks& group,
+                                int64_t length, double recompute, int ulysses) {
   const int64_t one[] = {length};
-  return cluster.Cost(ranks, one, recompute, ulysses).attention_s;
+  return cluster.CostOn(group, one, recompute, ulysses).attention_s;
 }
 
 double TaskSeconds(const ReferenceCluster& cluster, const LengthView& lengths,
@@ -189,7 +188,8 @@ absl::StatusOr<double> TotalMakespan(
       total += judge(plan);
       continue;
     }
-    ASSIGN_OR_RETURN(StepReport report, ReplayStep(cluster, plan, lengths));
+    ASSIGN_OR_RETURN(StepReport report,
+                     ReplayStep(cluster, plan, lengths, StepBounds::kWithout));
     total += report.makespan_s;
   }
   return total;
@@ -273,15 +273,20 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
     std::vector<int64_t> order(samples.begin(), samples.end());
     SortLongestFirst(lengths, order);
     std::vector<double> load(groups, 0.0);
+    // The groups by (load, group): the first is the least loaded, the
+    // lowest-numbered among equals.
+    std::set<std::pair<double, int>> by_load;
+    for (int g = 0; g < groups; ++g) by_load.emplace(0.0, g);
     // Per group and pack: the attention seconds so far and the cost.
     // (Blocks of one size may differ in cost by whether they span nodes, so
     // each group's own ranks price its packs.)
     std::vector<std::vector<double>> attention(groups), pack_cost(groups);
+    std::vector<ReferenceCluster::GroupLinks> links(groups);
+    for (int g = 0; g < groups; ++g)
+      links[g] = cluster.LinksOf(BlockRanks(g, p), u);
     for (int64_t id : order) {
       const int64_t len = lengths[id];
-      const int g = static_cast<int>(
-          std::min_element(load.begin(), load.end()) - load.begin());
-      const std::vector<int> ranks = BlockRanks(g, p);
+      const int g = by_load.begin()->second;
       std::vector<Pack>& packs = by_group[g];
       size_t k = 0;
       while (k < packs.size() && packs[k].tokens + len > capacity) ++k;
@@ -293,12 +298,14 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
       packs[k].samples.push_back(id);
       packs[k].tokens += len;
       attention[g][k] +=
-          SequenceAttentionSeconds(cluster, ranks, len, config.recompute, u);
-      const TokenTerms terms = TermsOfTokens(cluster, ranks, packs[k].tokens,
+          SequenceAttentionSeconds(cluster, links[g], len, config.recompute, u);
+      const TokenTerms terms = TermsOfTokens(cluster, links[g], packs[k].tokens,
                                              config.recompute, u);
       const double cost =
           terms.other_s + std::max(attention[g][k], terms.ring_s);
+      by_load.erase(by_load.begin());
       load[g] += cost - pack_cost[g][k];
+      by_load.emplace(load[g], g);
       pack_cost[g][k] = cost;
     }
   }

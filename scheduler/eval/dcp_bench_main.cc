@@ -4,6 +4,8 @@
 //   dcp-bench --scenarios=A,D --json   # machine-readable
 //   dcp-bench --scenarios=A --ablations  # + the planner with parts off
 //   dcp-bench --scenarios=E            # the seed paper's benchmark
+//   dcp-bench --scenarios=scale --steps=4 --learned=false
+//                                      # 1,024 and 4,096 GPUs (S1-S8)
 
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +30,8 @@
 #include "scheduler/eval/simulator.h"
 
 ABSL_FLAG(std::string, scenarios, "all",
-          "Comma-separated scenario names (A, B, C, D, E) or 'all'.");
+          "Comma-separated scenario names (A, B, C, D, E, S1-S8), 'all' "
+          "(A-E) or 'scale' (S1-S8: four models on 1,024 and 4,096 GPUs).");
 ABSL_FLAG(std::string, data_dir, "data/lengths",
           "Folder of the bundled traces.");
 ABSL_FLAG(std::string, models_dir, "data/models",
@@ -68,14 +71,29 @@ struct Scenario {
   const char* trace;
   int64_t window;
   int64_t tokens_per_step;
+  bool scale = false;  // one of S1-S8: named by 'scale', not by 'all'
 };
 
-// The reference scenarios (20 steps, seed 0 by default).
+// The reference scenarios (20 steps, seed 0 by default), then the scale
+// scenarios: planner_benchmark's BM_Model rows (64K tokens a GPU a step,
+// window 524288, Wikipedia) for the four models of the hybrid groups'
+// target, with the baselines beside them. A model not built in is read from
+// --models_dir.
 constexpr Scenario kScenarios[] = {
     {"A", "llama3-8b", 32, "wikipedia.txt", 131072, 2097152},
     {"B", "llama3-8b", 32, "longctx_wlb.txt", 524288, 4194304},
     {"C", "dit-video-1.3b", 32, "video_balanced.txt", 262144, 4194304},
     {"D", "llama3-70b", 64, "wikipedia.txt", 524288, 4194304},
+    {"S1", "llama3-8b", 1024, "wikipedia.txt", 524288, 1024 << 16, true},
+    {"S2", "llama3-8b", 4096, "wikipedia.txt", 524288, 4096 << 16, true},
+    {"S3", "llama3-70b", 1024, "wikipedia.txt", 524288, 1024 << 16, true},
+    {"S4", "llama3-70b", 4096, "wikipedia.txt", 524288, 4096 << 16, true},
+    {"S5", "dit-video-1.3b", 1024, "wikipedia.txt", 524288, 1024 << 16, true},
+    {"S6", "dit-video-1.3b", 4096, "wikipedia.txt", 524288, 4096 << 16, true},
+    {"S7", "llama3-8b-4-heads", 1024, "wikipedia.txt", 524288, 1024 << 16,
+     true},
+    {"S8", "llama3-8b-4-heads", 4096, "wikipedia.txt", 524288, 4096 << 16,
+     true},
 };
 
 // Scenario E: the seed paper's (VideoSys DCP) benchmark, its three mixes on
@@ -154,7 +172,7 @@ nlohmann::json ReportRow(const Scenario& sc, const EvaluationResult& r,
             {"speedup_over_dynamic_cp", vs[2]}};
   }
   std::printf(
-      "%-3s %-19s %-13s %5d %8.3f %9.0f %9.4f %9.4f %8.3f %8.3f %8.3f\n",
+      "%-3s %-19s %-17s %5d %8.3f %9.0f %9.4f %9.4f %8.3f %8.3f %8.3f\n",
       sc.name, f->name.c_str(), sc.model, sc.world_size, step_s, tps, ratio,
       memory_ratio, vs[0], vs[1], vs[2]);
   return nullptr;
@@ -319,10 +337,12 @@ absl::StatusOr<LearnedModelOptions> LearnedOptionsFromFlags(
   return learned;
 }
 
-// Whether --scenarios names scenario `name` ("all" names every one).
-bool Wanted(const std::string& name) {
+// Whether --scenarios names scenario `name` ("all" names A-E, "scale"
+// S1-S8).
+bool Wanted(const std::string& name, bool scale = false) {
   const std::string flag = absl::GetFlag(FLAGS_scenarios);
-  if (flag == "all") return true;
+  if (flag == "all") return !scale;
+  if (flag == "scale") return scale;
   const std::vector<std::string> wanted = absl::StrSplit(flag, ',');
   return std::find(wanted.begin(), wanted.end(), name) != wanted.end();
 }
@@ -402,10 +422,11 @@ absl::Status RunPaperScenario(const PaperScenario& ps, const ClusterSpec& prior,
 // model, whose options it completes) and reports it.
 absl::Status RunScenario(const Scenario& sc, const ClusterSpec& prior,
                          const std::string& data_dir,
+                         const std::string& models_dir,
                          LearnedModelOptions& learned, bool json,
                          nlohmann::json* out) {
   EvaluationOptions options;
-  ASSIGN_OR_RETURN(options.model, BuiltinModel(sc.model));
+  ASSIGN_OR_RETURN(options.model, ScenarioModel(sc.model, models_dir));
   options.world_size = sc.world_size;
   options.window = sc.window;
   options.tokens_per_step = sc.tokens_per_step;
@@ -451,13 +472,14 @@ absl::Status Run() {
   nlohmann::json out = nlohmann::json::array();
   int ran = 0;
   for (const Scenario& sc : kScenarios) {
-    if (!Wanted(sc.name)) continue;
+    if (!Wanted(sc.name, sc.scale)) continue;
     if (ran++ == 0 && !json) {
-      std::printf("%-3s %-19s %-13s %5s %8s %9s %9s %9s %8s %8s %8s\n", "",
+      std::printf("%-3s %-19s %-17s %5s %8s %9s %9s %9s %8s %8s %8s\n", "",
                   "planner", "model", "GPUs", "step_s", "tok/s/GPU", "x_lower",
                   "x_mem", "vs_stat", "vs_bal", "vs_dcp");
     }
-    RETURN_IF_ERROR(RunScenario(sc, prior, data_dir, learned, json, &out));
+    RETURN_IF_ERROR(
+        RunScenario(sc, prior, data_dir, models_dir, learned, json, &out));
   }
   const bool paper = Wanted("E");
   if (paper && !json) {
@@ -474,7 +496,7 @@ absl::Status Run() {
   if (ran == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no scenario matches --scenarios=", absl::GetFlag(FLAGS_scenarios),
-        "; known: A, B, C, D, E"));
+        "; known: A, B, C, D, E, S1-S8, all, scale"));
   }
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());

@@ -72,7 +72,8 @@ absl::StatusOr<PlannerFigures> ReplayBaseline(
   f.name = name;
   for (size_t i = 0; i < steps; ++i) {
     ASSIGN_OR_RETURN(StepPlan plan, plan_step(static_cast<int64_t>(i)));
-    absl::StatusOr<StepReport> report = ReplayStep(cluster, plan, lengths);
+    absl::StatusOr<StepReport> report =
+        ReplayStep(cluster, plan, lengths, StepBounds::kWithout);
     if (!report.ok()) return AsInternal(report.status(), name);
     f.step_s.push_back(report->makespan_s);
     f.makespan_s += report->makespan_s;

@@ -52,11 +52,21 @@ double ReferenceCluster::AttentionSeconds(double s, double p, double recompute,
   return flops * (3.5 + recompute) / (cluster_.peak_flops * eff);
 }
 
-ReferenceCluster::TaskCost ReferenceCluster::Cost(
-    absl::Span<const int> ranks, absl::Span<const int64_t> seq_lengths,
+ReferenceCluster::GroupLinks ReferenceCluster::LinksOf(
+    absl::Span<const int> ranks, int ulysses) const {
+  GroupLinks links;
+  links.size = static_cast<int>(ranks.size());
+  links.intra_node = IntraNode(ranks);
+  links.ulysses_intra_node =
+      links.intra_node || (ulysses > 0 && UlyssesIntraNode(ranks, ulysses));
+  return links;
+}
+
+ReferenceCluster::TaskCost ReferenceCluster::CostOn(
+    const GroupLinks& group, absl::Span<const int64_t> seq_lengths,
     double recompute, int ulysses) const {
   TaskCost c;
-  const double p = static_cast<double>(ranks.size());
+  const double p = static_cast<double>(group.size);
   const double u = ulysses > 0 ? ulysses : p;
   const double ring = p / u;
   const double layers = model_.layers;
@@ -81,7 +91,7 @@ ReferenceCluster::TaskCost ReferenceCluster::Cost(
   // K/V heads a GPU holds after the Ulysses all-to-all, over the heads.
   const double kv_share = std::max<double>(model_.kv_heads, u) / model_.heads;
   if (u > 1) {
-    const bool intra = UlyssesIntraNode(ranks, static_cast<int>(u));
+    const bool intra = group.ulysses_intra_node;
     const double bw = intra ? cluster_.intra_node_bw : cluster_.inter_node_bw;
     const double latency =
         intra ? cluster_.intra_node_latency_s : cluster_.inter_node_latency_s;
@@ -91,7 +101,7 @@ ReferenceCluster::TaskCost ReferenceCluster::Cost(
   if (ring > 1) {
     // c - 1 passes forward, 2 (c - 1) backward (K/V and their gradients),
     // r (c - 1) recomputing; each moves one K/V block a GPU.
-    const bool intra = IntraNode(ranks);
+    const bool intra = group.intra_node;
     const double bw = intra ? cluster_.intra_node_bw : cluster_.inter_node_bw;
     const double latency =
         intra ? cluster_.intra_node_latency_s : cluster_.inter_node_latency_s;
@@ -330,13 +340,15 @@ absl::Status TaskLengths(const StepPlan& plan, int i,
 
 // The bounds and token count of the step's samples.
 void AddStepTotals(const ReferenceCluster& cluster, const StepPlan& plan,
-                   const LengthView& lengths, StepReport& report) {
+                   const LengthView& lengths, StepBounds bounds,
+                   StepReport& report) {
   std::vector<int64_t> all;
   all.reserve(plan.samples.size());
   for (int64_t id : plan.samples) {
     all.push_back(lengths[id]);
     report.tokens += lengths[id];
   }
+  if (bounds == StepBounds::kWithout) return;
   report.lower_bound_s = cluster.LowerBound(all);
   report.memory_bound_s = cluster.MemoryAwareLowerBound(all);
 }
@@ -345,7 +357,8 @@ void AddStepTotals(const ReferenceCluster& cluster, const StepPlan& plan,
 
 absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
                                       const StepPlan& plan,
-                                      const LengthView& lengths) {
+                                      const LengthView& lengths,
+                                      StepBounds bounds) {
   ASSIGN_OR_RETURN(const absl::flat_hash_set<int64_t> step_samples,
                    StepSamples(plan, lengths));
   const int world = cluster.world_size();
@@ -388,7 +401,7 @@ absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
   }
   report.makespan_s =
       *std::max_element(free_at.begin(), free_at.end()) + report.sync_s;
-  AddStepTotals(cluster, plan, lengths, report);
+  AddStepTotals(cluster, plan, lengths, bounds, report);
   return report;
 }
 

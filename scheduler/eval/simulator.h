@@ -38,6 +38,15 @@ class ReferenceCluster {
     double memory_bytes = 0;
   };
 
+  /// What a task's cost depends on in its ranks: their number and which
+  /// links its all-to-all and its ring use.
+  struct GroupLinks {
+    int size = 0;
+    bool intra_node = true;          ///< IntraNode(ranks)
+    bool ulysses_intra_node = true;  ///< UlyssesIntraNode(ranks, ulysses)
+  };
+  GroupLinks LinksOf(absl::Span<const int> ranks, int ulysses = 0) const;
+
   /// Cost of a task run by `ranks` over sequences of the given (already
   /// truncated) lengths with recompute ratio `recompute`, as `ulysses`-way
   /// Ulysses (0: the whole group) inside a ring of `ranks.size() / ulysses`.
@@ -45,7 +54,14 @@ class ReferenceCluster {
   /// checks plans for it).
   TaskCost Cost(absl::Span<const int> ranks,
                 absl::Span<const int64_t> seq_lengths, double recompute,
-                int ulysses = 0) const;
+                int ulysses = 0) const {
+    return CostOn(LinksOf(ranks, ulysses), seq_lengths, recompute, ulysses);
+  }
+  /// The same on a group given by its links (`LinksOf` its ranks, with the
+  /// same `ulysses`): for pricing many tasks on one group.
+  TaskCost CostOn(const GroupLinks& group,
+                  absl::Span<const int64_t> seq_lengths, double recompute,
+                  int ulysses = 0) const;
 
   /// Per-GPU memory of a task with `tokens_per_gpu` tokens on each GPU.
   double MemoryBytes(double tokens_per_gpu, double recompute) const;
@@ -119,15 +135,22 @@ struct StepReport {
   std::vector<double> rank_busy_s;
 };
 
+/// Whether `ReplayStep` computes the step's bounds (`lower_bound_s`,
+/// `memory_bound_s`): a search that compares makespans only (a baseline's
+/// tuning) leaves them out, as the memory-aware bound prices every sequence
+/// on every group shape and recompute ratio.
+enum class StepBounds { kWith, kWithout };
+
 /// Checks a step plan against the rules of the model (every sample of the
 /// step in exactly one task; ranks distinct, ascending and in range; a
 /// Ulysses degree dividing the head count and the group size, which is the
 /// group size itself when the task gives none; recompute in [0, 1]; memory
 /// within the cap) and replays it. Errors are INVALID_ARGUMENT and name the
-/// step and task.
+/// step and task. With `StepBounds::kWithout` both bounds are 0.
 absl::StatusOr<StepReport> ReplayStep(const ReferenceCluster& cluster,
                                       const StepPlan& plan,
-                                      const LengthView& lengths);
+                                      const LengthView& lengths,
+                                      StepBounds bounds = StepBounds::kWith);
 
 }  // namespace dcp
 

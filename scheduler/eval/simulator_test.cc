@@ -219,6 +219,33 @@ TEST(ReplayStepTest, ReplaysHybridTasksOnGroupsNotDividingTheWorld) {
   EXPECT_NEAR(r->rank_busy_s[3], t1 + t2, 1e-12);
   EXPECT_NEAR(r->rank_busy_s[7], t2, 1e-12);
   EXPECT_LE(r->memory_bound_s, r->makespan_s);
+
+  // Without the bounds (a baseline's tuning): the same replay, no bounds.
+  absl::StatusOr<StepReport> bare =
+      ReplayStep(cluster, plan, view, StepBounds::kWithout);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->makespan_s, r->makespan_s);
+  EXPECT_EQ(bare->rank_busy_s, r->rank_busy_s);
+  EXPECT_EQ(bare->tokens, r->tokens);
+  EXPECT_GT(r->lower_bound_s, 0.0);
+  EXPECT_EQ(bare->lower_bound_s, 0.0);
+  EXPECT_EQ(bare->memory_bound_s, 0.0);
+}
+
+TEST(ReferenceClusterTest, LinksOfAGroupPriceItsTasksAsItsRanksDo) {
+  // The links of a group decide a task's cost: pairs inside nodes in a
+  // ring across them, pairs straddling nodes, a ring inside one node.
+  const ReferenceCluster cluster(RoundCluster(), TinyModel(), 8);
+  const std::vector<int64_t> seqs = {3000, 1000, 200};
+  for (const std::vector<int>& ranks : std::vector<std::vector<int>>{
+           {0, 1, 6, 7}, {1, 2, 3, 4}, {0, 1, 2, 3}}) {
+    const ReferenceCluster::GroupLinks links = cluster.LinksOf(ranks, 2);
+    EXPECT_EQ(links.size, 4);
+    EXPECT_EQ(links.intra_node, cluster.IntraNode(ranks));
+    EXPECT_EQ(links.ulysses_intra_node, cluster.UlyssesIntraNode(ranks, 2));
+    ExpectCostIs(cluster.CostOn(links, seqs, 0.5, 2),
+                 ExpectedHybrid(TinyModel(), ranks, seqs, 0.5, 2));
+  }
 }
 
 TEST(ReplayStepTest, RejectsBadUlyssesDegreesNamingTheTask) {
