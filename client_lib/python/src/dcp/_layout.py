@@ -39,8 +39,8 @@ class PackLayout:
         # Tokens of one of the 2c chunks (the whole pack when c == 1).
         self.chunk_tokens = self.padded_tokens // (2 * self.ring) \
             if self.ring > 1 else self.padded_tokens
-        # ring_attention's masks' inputs, by device (dcp._ring's
-        # _ring_tables).
+        # ring_attention's tiles, by device, ring position and causality
+        # (dcp._ring's _RingTiles).
         self._ring_tables = {}
 
     def ring_position(self, rank):

@@ -22,12 +22,14 @@ def ring_attention(q, k, v, layout, ring, causal=True):
     ``layout.ring_shard_positions(j)``, as the Ulysses exchange over the
     subgroup leaves them. A query sees the keys of its own sample, and with
     ``causal`` only those at or before it; padding sees nothing and comes
-    out zero. Blocks are merged by their log-sum-exp, in the inputs' dtype.
+    out zero. Each block is computed a sample at a time (see _RingTiles) and
+    merged by its log-sum-exp, in the inputs' dtype.
     The backward pass sends the keys and values round again, each block's
     gradient accumulator travelling with it until it is home. With causal
     zig-zag chunks, a block from an earlier ring position is seen by all
     queries through its first chunk only, one from a later position by the
-    second chunk's queries only: both are half blocks."""
+    second chunk's queries only: both are half blocks, and the tiles,
+    which follow the positions, compute no more than that."""
     c, j = size(ring), rank(ring)
     if c != layout.ring:
         raise ValueError("ring_attention: the layout has a ring of %d, the "
@@ -43,25 +45,81 @@ def ring_attention(q, k, v, layout, ring, causal=True):
         raise ValueError("ring_attention: kv heads must divide the query "
                          "heads with k and v alike, got q %s, k %s, v %s"
                          % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
-    out, _ = _RingAttention.apply(q, k, v, ring,
-                                  _ring_tables(layout, q.device), causal)
+    out, _ = _RingAttention.apply(q, k, v, ring, _RingTiles(layout, j, c,
+                                                            q.device, causal))
     return out
 
 
-def _ring_tables(layout, device):
-    """[c, 2C] global positions and sample ids (-1 for padding) of every
-    ring position's tokens, made once per layout and device."""
-    tables, key = layout._ring_tables, str(device)
-    if key not in tables:
-        positions = torch.tensor([layout.ring_shard_positions(j)
-                                  for j in range(layout.ring)],
-                                 dtype=torch.int64, device=device)
-        ends = torch.tensor(layout.cu_seqlens[1:], dtype=torch.int64,
-                            device=device)
-        samples = torch.bucketize(positions, ends, right=True)
-        samples = samples.masked_fill(positions >= layout.total_tokens, -1)
-        tables[key] = (positions, samples)
-    return tables[key]
+class _RingTiles:
+    """Where ring shard j's queries meet each ring position's keys: per
+    block (the keys of position r), a tile per run of one sample's query
+    rows, against that sample's key rows of the block, with the causal mask
+    where the tile needs one. Attention never leaves a sample, so a block
+    costs the sum of its samples' tiles, not the square of the pack: a
+    long sequence's ring block with short ones riding along computes the
+    long one's tile and the short ones' own. Made once per layout, device
+    and ring position; host lists, with the masks and key indices on the
+    device."""
+
+    def __init__(self, layout, j, c, device, causal):
+        key = (str(device), j, causal)
+        cached = layout._ring_tables.get(key)
+        if cached is None:
+            runs = [_sample_runs(layout, r) for r in range(c)]
+            cached = [_block_tiles(runs[j], runs[r], causal, device)
+                      for r in range(c)]
+            layout._ring_tables[key] = cached
+        self.blocks = cached
+
+    def tiles(self, r):
+        """Block r's tiles: (query row slice, key rows (a slice or an index
+        tensor), mask [queries, keys] of the keys each query sees, or None
+        when it sees them all)."""
+        return self.blocks[r]
+
+
+def _sample_runs(layout, position):
+    """Ring position ``position``'s rows as runs of one sample: (sample,
+    first row, end row, pack position of the first row), in row order;
+    padding rows belong to none."""
+    runs, row, cu = [], 0, layout.cu_seqlens
+    for begin, end in layout._ring_pieces(position):
+        real_end = min(end, layout.total_tokens)
+        t, sample = begin, 0
+        while t < real_end:
+            while t >= cu[sample + 1]:
+                sample += 1
+            stop = min(real_end, cu[sample + 1])
+            runs.append((sample, row + t - begin, row + stop - begin, t))
+            t = stop
+        row += end - begin
+    return runs
+
+
+def _block_tiles(q_runs, k_runs, causal, device):
+    """The tiles of one block (see _RingTiles.tiles)."""
+    tiles = []
+    for sample, qa, qb, q_pos in q_runs:
+        q_last = q_pos + qb - qa - 1
+        keys = [(ka, kb, k_pos) for s, ka, kb, k_pos in k_runs
+                if s == sample and not (causal and k_pos > q_last)]
+        if not keys:
+            continue
+        if len(keys) == 1:
+            rows = slice(keys[0][0], keys[0][1])
+        else:
+            rows = torch.cat([torch.arange(ka, kb) for ka, kb, _ in keys]) \
+                .to(device)
+        mask = None
+        if causal and max(k_pos + kb - ka - 1 for ka, kb, k_pos in keys) > \
+                q_pos:
+            k_positions = torch.cat([torch.arange(k_pos, k_pos + kb - ka)
+                                     for ka, kb, k_pos in keys])
+            q_positions = torch.arange(q_pos, q_last + 1)
+            mask = (k_positions.unsqueeze(0) <=
+                    q_positions.unsqueeze(1)).to(device)
+        tiles.append((slice(qa, qb), rows, mask))
+    return tiles
 
 
 def _ring_pass(ring, send):
@@ -84,30 +142,11 @@ def _wait(works):
         work.wait()
 
 
-def _block_rows(j, r, tokens, causal):
-    """The rows of ring shard j's queries and of ring shard r's keys that
-    can meet (see ring_attention)."""
-    everything, half = slice(0, tokens), tokens // 2
-    if not causal or r == j:
-        return everything, everything
-    if r < j:
-        return everything, slice(0, half)
-    return slice(half, tokens), everything
-
-
-def _block_scores(q, k, tables, j, r, rows, causal, scale):
-    """Masked scores [h, len(q rows), len(k rows)] of one block; ``q``
-    [h, ., d] and ``k`` [h, ., d] are those rows already."""
-    positions, samples = tables
-    q_rows, k_rows = rows
-    q_pos, k_pos = positions[j, q_rows], positions[r, k_rows]
-    q_sample, k_sample = samples[j, q_rows], samples[r, k_rows]
-    seen = (q_sample.unsqueeze(1) == k_sample.unsqueeze(0)) & \
-        (q_sample >= 0).unsqueeze(1)
-    if causal:
-        seen = seen & (k_pos.unsqueeze(0) <= q_pos.unsqueeze(1))
+def _tile_scores(q, k, mask, scale):
+    """Scores [h, queries, keys] of one tile, -inf where the mask hides a
+    key."""
     scores = torch.matmul(q, k.transpose(1, 2)) * scale
-    return scores.masked_fill(~seen, -math.inf)
+    return scores if mask is None else scores.masked_fill(~mask, -math.inf)
 
 
 def _finite(lse):
@@ -123,12 +162,20 @@ def _heads_first(kv, rows, repeat):
     return x.repeat_interleave(repeat, 0) if repeat > 1 else x
 
 
+def _add_rows(target, rows, grad):
+    """target[rows] += grad, rows a slice or an index tensor."""
+    if isinstance(rows, slice):
+        target[rows] += grad
+    else:
+        target.index_add_(0, rows, grad)
+
+
 class _RingAttention(torch.autograd.Function):
     """ring_attention's forward and backward; returns (out [2C, h, d],
     lse [h, 2C]), the log-sum-exp not differentiable."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ring, tables, causal):
+    def forward(ctx, q, k, v, ring, tiles):
         c, j = size(ring), rank(ring)
         tokens, heads, dim = q.shape
         repeat = heads // k.shape[1]
@@ -141,26 +188,28 @@ class _RingAttention(torch.autograd.Function):
             r = (j - step) % c
             if step < c - 1:
                 following, works = _ring_pass(ring, kv)
-            rows = _block_rows(j, r, tokens, causal)
-            scores = _block_scores(qh[:, rows[0]],
-                                   _heads_first(kv[0], rows[1], repeat),
-                                   tables, j, r, rows, causal, scale)
-            block_lse = torch.logsumexp(scores, -1)
-            block = torch.matmul(
-                torch.exp(scores - _finite(block_lse).unsqueeze(-1)),
-                _heads_first(kv[1], rows[1], repeat))
-            merged = torch.logaddexp(lse[:, rows[0]], block_lse)
-            safe = _finite(merged)
-            out[:, rows[0]] = \
-                out[:, rows[0]] * torch.exp(lse[:, rows[0]] - safe) \
-                .unsqueeze(-1) + \
-                block * torch.exp(block_lse - safe).unsqueeze(-1)
-            lse[:, rows[0]] = merged
+            # A query run is in one tile of a block: each tile's result
+            # merges into the running one by the log-sum-exp.
+            for q_rows, k_rows, mask in tiles.tiles(r):
+                scores = _tile_scores(qh[:, q_rows],
+                                      _heads_first(kv[0], k_rows, repeat),
+                                      mask, scale)
+                tile_lse = torch.logsumexp(scores, -1)
+                tile = torch.matmul(
+                    torch.exp(scores - _finite(tile_lse).unsqueeze(-1)),
+                    _heads_first(kv[1], k_rows, repeat))
+                merged = torch.logaddexp(lse[:, q_rows], tile_lse)
+                safe = _finite(merged)
+                out[:, q_rows] = \
+                    out[:, q_rows] * torch.exp(lse[:, q_rows] - safe) \
+                    .unsqueeze(-1) + \
+                    tile * torch.exp(tile_lse - safe).unsqueeze(-1)
+                lse[:, q_rows] = merged
             if step < c - 1:
                 _wait(works)
                 kv = following
         out = out.transpose(0, 1).contiguous()
-        ctx.ring, ctx.tables, ctx.causal = ring, tables, causal
+        ctx.ring, ctx.tiles = ring, tiles
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, out, lse)
         return out, lse
@@ -168,7 +217,7 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, _):
         q, k, v, out, lse = ctx.saved_tensors
-        ring, tables, causal = ctx.ring, ctx.tables, ctx.causal
+        ring, tiles = ctx.ring, ctx.tiles
         c, j = size(ring), rank(ring)
         tokens, heads, dim = q.shape
         kv_heads = k.shape[1]
@@ -185,21 +234,21 @@ class _RingAttention(torch.autograd.Function):
             r = (j - step) % c
             if step < c - 1:
                 following, works = _ring_pass(ring, kv)
-            q_rows, k_rows = rows = _block_rows(j, r, tokens, causal)
-            kh = _heads_first(kv[0], k_rows, repeat)
-            vh = _heads_first(kv[1], k_rows, repeat)
-            probs = torch.exp(_block_scores(qh[:, q_rows], kh, tables, j, r,
-                                            rows, causal, scale) -
-                              lse[:, q_rows])
-            d_scores = probs * (torch.matmul(dout[:, q_rows],
-                                             vh.transpose(1, 2)) -
-                                delta[:, q_rows])
-            dq[:, q_rows] += torch.matmul(d_scores, kh) * scale
-            dk = torch.matmul(d_scores.transpose(1, 2), qh[:, q_rows]) * scale
-            dv = torch.matmul(probs.transpose(1, 2), dout[:, q_rows])
-            for target, grad in ((0, dk), (1, dv)):
-                grad = grad.reshape(kv_heads, repeat, -1, dim).sum(1)
-                dkv[target, k_rows] += grad.transpose(0, 1)
+            for q_rows, k_rows, mask in tiles.tiles(r):
+                kh = _heads_first(kv[0], k_rows, repeat)
+                vh = _heads_first(kv[1], k_rows, repeat)
+                probs = torch.exp(_tile_scores(qh[:, q_rows], kh, mask,
+                                               scale) - lse[:, q_rows])
+                d_scores = probs * (torch.matmul(dout[:, q_rows],
+                                                 vh.transpose(1, 2)) -
+                                    delta[:, q_rows])
+                dq[:, q_rows] += torch.matmul(d_scores, kh) * scale
+                dk = torch.matmul(d_scores.transpose(1, 2),
+                                  qh[:, q_rows]) * scale
+                dv = torch.matmul(probs.transpose(1, 2), dout[:, q_rows])
+                for target, grad in ((0, dk), (1, dv)):
+                    grad = grad.reshape(kv_heads, repeat, -1, dim).sum(1)
+                    _add_rows(dkv[target], k_rows, grad.transpose(0, 1))
             if step < c - 1:
                 _wait(works)
                 kv = following
@@ -208,4 +257,4 @@ class _RingAttention(torch.autograd.Function):
                 # step it arrives there.
                 dkv, works = _ring_pass(ring, dkv)
                 _wait(works)
-        return dq.transpose(0, 1), dkv[0], dkv[1], None, None, None
+        return dq.transpose(0, 1), dkv[0], dkv[1], None, None
