@@ -30,7 +30,13 @@
 # step-tail (gradient all-reduce and optimizer) CPU seconds. The step error
 # is averaged over the last 8 steps (--step_error_window=8), so it follows
 # the predictions of the refitted model rather than those of the first
-# steps. The live part takes a few minutes on two cores.
+# steps. The agents' CPU timings drift down over the first tens of steps
+# (in one run an 8-rank task of ~4,100 tokens in 16-24 samples took 0.90 s
+# of CPU at step 12 and 0.74 s at step 37), so the refits fit the last 64
+# task timings (--observation_window=64, about 18 steps) rather than the
+# default 512, which keeps the slow first steps and predicts high (+10 to
+# +30% a step in that run). The live part takes a few minutes on two
+# cores.
 #
 # Environment: DCP_DEMO_STEPS (default 40), DCP_DEMO_TOKEN_SCALE (default
 # 16: the agents divide sequence lengths by it so the CPU keeps up),
@@ -79,7 +85,7 @@ echo "   trace ${trace}, model ${model}, ${steps} steps of ${tokens_per_step} to
   --world_size="${world}" --gpus_per_node=4 \
   --window=32768 --tokens_per_step="${tokens_per_step}" \
   --max_steps="${steps}" --lookahead_steps=4 --refit_every=32 \
-  --prior_weight=0.0001 --step_error_window=8 \
+  --prior_weight=0.0001 --step_error_window=8 --observation_window=64 \
   --listen=127.0.0.1:0 --port_file="${logs}/scheduler.port" \
   --metrics_listen=127.0.0.1:0 --metrics_port_file="${logs}/metrics.port" \
   2>"${logs}/scheduler.log" &
