@@ -457,31 +457,50 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
   StepPlan plan;
   plan.step = step;
   plan.samples.assign(samples.begin(), samples.end());
-  std::vector<double> free_at(cluster.world_size(), 0.0);
+  const int world = cluster.world_size();
+  std::vector<double> free_at(world, 0.0);
+  std::vector<int> all_ranks(world);
+  std::iota(all_ranks.begin(), all_ranks.end(), 0);
+  // The ranks by (free at, rank): a one-rank task's block is the first.
+  std::set<std::pair<double, int>> by_free;
+  for (int r = 0; r < world; ++r) by_free.emplace(0.0, r);
   for (Task& task : tasks) {
-    // Aligned blocks of one size differ in cost only by whether they span
-    // nodes.
-    double cost_by_span[2] = {-1.0, -1.0};
     int best_block = -1;
     double best_end = std::numeric_limits<double>::infinity();
-    for (int b = 0; b < cluster.world_size() / task.p; ++b) {
-      const std::vector<int> ranks = BlockRanks(b, task.p);
-      double start = 0;
-      for (int r : ranks) start = std::max(start, free_at[r]);
-      double& cost = cost_by_span[cluster.IntraNode(ranks) ? 0 : 1];
-      if (cost < 0) {
-        cost = TaskSeconds(cluster, lengths, ranks, task.samples,
-                           options.recompute, kRing);
-      }
-      const double end = start + cost;
-      if (end < best_end) {
-        best_end = end;
-        best_block = b;
+    if (task.p == 1) {
+      // Every rank prices it alike: the earliest free, the lowest on ties.
+      best_block = by_free.begin()->second;
+      best_end = free_at[best_block] + TaskSeconds(cluster, lengths,
+                                                   {best_block}, task.samples,
+                                                   options.recompute, kRing);
+    } else {
+      // Aligned blocks of one size differ in cost only by whether they span
+      // nodes.
+      double cost_by_span[2] = {-1.0, -1.0};
+      for (int b = 0; b < world / task.p; ++b) {
+        const absl::Span<const int> ranks =
+            absl::MakeConstSpan(all_ranks).subspan(b * task.p, task.p);
+        double start = 0;
+        for (int r : ranks) start = std::max(start, free_at[r]);
+        double& cost = cost_by_span[cluster.IntraNode(ranks) ? 0 : 1];
+        if (cost < 0) {
+          cost = TaskSeconds(cluster, lengths, ranks, task.samples,
+                             options.recompute, kRing);
+        }
+        const double end = start + cost;
+        if (end < best_end) {
+          best_end = end;
+          best_block = b;
+        }
       }
     }
     TaskPlan out;
     out.ranks = BlockRanks(best_block, task.p);
-    for (int r : out.ranks) free_at[r] = best_end;
+    for (int r : out.ranks) {
+      by_free.erase({free_at[r], r});
+      free_at[r] = best_end;
+      by_free.emplace(best_end, r);
+    }
     out.samples = std::move(task.samples);
     out.recompute = options.recompute;
     out.ulysses = TaskPlan::UlyssesField(task.p, kRing);
