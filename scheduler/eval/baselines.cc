@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -52,6 +53,68 @@ std::vector<int> BlockRanks(int block, int p) {
   std::iota(ranks.begin(), ranks.end(), block * p);
   return ranks;
 }
+
+// The aligned blocks of each power-of-two size up to `largest` (dynamic
+// CP's rings), each free when its last rank is: the earliest-free block of
+// a size is the first of its level's set, and occupying p ranks updates the
+// blocks that overlap them, O(p + levels) set updates instead of a scan of
+// every block of the world for every task.
+class BlockFreeTimes {
+ public:
+  BlockFreeTimes(const ReferenceCluster& cluster, int largest) {
+    const int world = cluster.world_size();
+    for (int q = 1; q <= largest; q *= 2) {
+      Level& level = levels_.emplace_back();
+      level.size = q;
+      level.free.assign(world / q, 0.0);
+      int intra = 0;
+      for (int b = 0; b < world / q; ++b) {
+        level.by_free.emplace(0.0, b);
+        intra += cluster.IntraNode(BlockRanks(b, q)) ? 1 : 0;
+      }
+      level.one_span = intra == 0 || intra == world / q;
+    }
+  }
+
+  /// Whether every block of size p (a power of two up to `largest`) is
+  /// inside a node, or every one spans nodes: then a task costs the same on
+  /// each.
+  bool OneSpan(int p) const { return LevelOf(p).one_span; }
+
+  /// The block of size p free earliest (the lowest on ties), and when.
+  std::pair<int, double> Earliest(int p) const {
+    const auto& first = *LevelOf(p).by_free.begin();
+    return {first.second, first.first};
+  }
+
+  /// Ranks [first, first + p) busy until `until`.
+  void Occupy(int first, int p, double until) {
+    for (Level& level : levels_) {
+      const int last_block = static_cast<int>(level.free.size()) - 1;
+      const int hi = std::min((first + p - 1) / level.size, last_block);
+      for (int b = first / level.size; b <= hi; ++b) {
+        if (level.free[b] >= until) continue;
+        level.by_free.erase({level.free[b], b});
+        level.free[b] = until;
+        level.by_free.emplace(until, b);
+      }
+    }
+  }
+
+ private:
+  struct Level {
+    int size = 1;
+    bool one_span = true;
+    std::vector<double> free;  // per block: the latest of its ranks
+    std::set<std::pair<double, int>> by_free;
+  };
+  const Level& LevelOf(int p) const {
+    size_t k = 0;
+    while ((1 << k) < p) ++k;
+    return levels_[k];
+  }
+  std::vector<Level> levels_;
+};
 
 struct Pack {
   std::vector<int64_t> samples;
@@ -461,18 +524,19 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
   std::vector<double> free_at(world, 0.0);
   std::vector<int> all_ranks(world);
   std::iota(all_ranks.begin(), all_ranks.end(), 0);
-  // The ranks by (free at, rank): a one-rank task's block is the first.
-  std::set<std::pair<double, int>> by_free;
-  for (int r = 0; r < world; ++r) by_free.emplace(0.0, r);
+  BlockFreeTimes blocks(cluster, LargestRing(cluster));
   for (Task& task : tasks) {
     int best_block = -1;
     double best_end = std::numeric_limits<double>::infinity();
-    if (task.p == 1) {
-      // Every rank prices it alike: the earliest free, the lowest on ties.
-      best_block = by_free.begin()->second;
-      best_end = free_at[best_block] + TaskSeconds(cluster, lengths,
-                                                   {best_block}, task.samples,
-                                                   options.recompute, kRing);
+    if (blocks.OneSpan(task.p)) {
+      // Every block of the size prices it alike: the earliest free, the
+      // lowest on ties.
+      double start = 0;
+      std::tie(best_block, start) = blocks.Earliest(task.p);
+      best_end = start + TaskSeconds(cluster, lengths,
+                                     absl::MakeConstSpan(all_ranks).subspan(
+                                         best_block * task.p, task.p),
+                                     task.samples, options.recompute, kRing);
     } else {
       // Aligned blocks of one size differ in cost only by whether they span
       // nodes.
@@ -496,11 +560,8 @@ absl::StatusOr<StepPlan> PlanDynamicCp(const ReferenceCluster& cluster,
     }
     TaskPlan out;
     out.ranks = BlockRanks(best_block, task.p);
-    for (int r : out.ranks) {
-      by_free.erase({free_at[r], r});
-      free_at[r] = best_end;
-      by_free.emplace(best_end, r);
-    }
+    for (int r : out.ranks) free_at[r] = best_end;
+    blocks.Occupy(best_block * task.p, task.p, best_end);
     out.samples = std::move(task.samples);
     out.recompute = options.recompute;
     out.ulysses = TaskPlan::UlyssesField(task.p, kRing);
