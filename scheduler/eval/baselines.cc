@@ -138,11 +138,14 @@ std::vector<Pack> NextFit(const LengthView& lengths,
 
 // Longest first; ties: smaller id first.
 void SortLongestFirst(const LengthView& lengths, std::vector<int64_t>& ids) {
-  std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
+  const auto longer = [&](int64_t a, int64_t b) {
     const int64_t la = lengths[a];
     const int64_t lb = lengths[b];
     return la != lb ? la > lb : a < b;
-  });
+  };
+  // A total order: input sorted once (TuneStatic) stays as it is.
+  if (std::is_sorted(ids.begin(), ids.end(), longer)) return;
+  std::sort(ids.begin(), ids.end(), longer);
 }
 
 // First-fit decreasing by length.
@@ -391,6 +394,14 @@ absl::StatusOr<TunedStatic> TuneStatic(
     StaticSearch search, const StepJudge& judge) {
   if (steps.empty()) {
     return absl::InvalidArgumentError("TuneStatic: no steps to tune on");
+  }
+  // A balanced plan deals a step's samples longest first whatever their
+  // order, so they are sorted once here rather than once a configuration.
+  std::vector<std::vector<int64_t>> sorted;
+  if (balanced) {
+    sorted.assign(steps.begin(), steps.end());
+    for (std::vector<int64_t>& step : sorted) SortLongestFirst(lengths, step);
+    steps = sorted;
   }
   const int layers = cluster.model().layers;
   TunedStatic best;
