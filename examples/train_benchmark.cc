@@ -176,8 +176,7 @@ absl::StatusOr<FittedCosts> FitToProbe(
     std::vector<TaskObservation> observations) {
   const CostModel prior =
       CostModel::FromSpecs(cluster, job.model, job.world_size);
-  ASSIGN_OR_RETURN(CostModel fitted,
-                   prior.Fit(observations, kSpecPriorWeight));
+  ASSIGN_OR_RETURN(CostModel fitted, prior.Fit(observations, kSpecPriorWeight));
   return FittedCosts{prior, std::move(fitted), std::move(observations)};
 }
 
@@ -214,12 +213,13 @@ std::string PlanSummary(const std::vector<v1::StepPlan>& plans, int warmup) {
     }
   }
   std::vector<std::string> sizes, ratios;
-  for (const auto& [p, n] : by_size) sizes.push_back(absl::StrCat(n, " on ", p));
+  for (const auto& [p, n] : by_size)
+    sizes.push_back(absl::StrCat(n, " on ", p));
   for (const auto& [r, n] : by_recompute) {
     ratios.push_back(absl::StrCat(n, " at ", r));
   }
-  return absl::StrCat(tasks, " tasks (ranks per task: ",
-                      absl::StrJoin(sizes, ", "),
+  return absl::StrCat(tasks,
+                      " tasks (ranks per task: ", absl::StrJoin(sizes, ", "),
                       "; recompute: ", absl::StrJoin(ratios, ", "), ")");
 }
 
@@ -264,8 +264,9 @@ void PrintSetup(const BenchmarkOptions& o, const Job& job,
   absl::PrintF(
       "  the planner's cost model: that spec (CostModel::FromSpecs), "
       "fitted (CostModel::Fit) to the probe's %d tasks on the %d ranks "
-      "(one rank each, all at once; the whole world at each Ulysses degree "
-      "with the ring; recompute 0 and 1): mean error on them %.1f%% before "
+      "(one rank each, all at once; groups of each size dividing the "
+      "world, all at once, at each Ulysses degree with the ring; recompute "
+      "0 and 1): mean error on them %.1f%% before "
       "the fit, %.1f%% after\n",
       costs.observations.size(), job.world_size,
       100 * costs.prior.MeanRelativeError(costs.observations),
@@ -282,9 +283,8 @@ void PrintSetup(const BenchmarkOptions& o, const Job& job,
     absl::PrintF("  memory per rank: the machine's over the ranks, %.1f GiB\n",
                  cluster.MemoryCap() / (1 << 30));
   }
-  absl::PrintF(
-      "  dcp plan: Planner over the fitted model: %s\n",
-      PlanSummary(plans.dcp, o.warmup_steps));
+  absl::PrintF("  dcp plan: Planner over the fitted model: %s\n",
+               PlanSummary(plans.dcp, o.warmup_steps));
   absl::PrintF(
       "  static plan: PlanStatic(balanced, plain Ulysses) at the "
       "configuration the fitted model predicts fastest, of %d: group size "
@@ -366,8 +366,8 @@ absl::StatusOr<bool> Report(const std::string& dir, const BenchmarkOptions& o,
 
 // The phases in the run's folder `dir`: the Gloo probe, the plans, the
 // ranks, the memory check; whether the memory check passed.
-absl::StatusOr<bool> RunInDir(const std::string& dir,
-                              const BenchmarkOptions& o, const Job& job,
+absl::StatusOr<bool> RunInDir(const std::string& dir, const BenchmarkOptions& o,
+                              const Job& job,
                               const std::vector<int32_t>& lengths,
                               const CpuCalibration& cal) {
   RETURN_IF_ERROR(WriteJob(dir, job));
@@ -379,12 +379,12 @@ absl::StatusOr<bool> RunInDir(const std::string& dir,
       RunRanks("--gloo_job", dir, job, server->address(), o.timeout));
   ASSIGN_OR_RETURN(std::vector<GlooRecord> records, ReadGlooRecords(dir));
   ASSIGN_OR_RETURN(GlooCosts gloo, FitGlooCosts(records, job.world_size));
-  const ClusterSpec cluster = CpuCluster(job.model, job.world_size, cal, gloo,
-                                         o.memory_cap_tokens);
+  const ClusterSpec cluster =
+      CpuCluster(job.model, job.world_size, cal, gloo, o.memory_cap_tokens);
   ASSIGN_OR_RETURN(std::vector<TaskObservation> tasks, ReadTaskRecords(dir));
-  ASSIGN_OR_RETURN(FittedCosts costs, FitToProbe(job, cluster, std::move(tasks)));
-  ASSIGN_OR_RETURN(PlanSet plans,
-                   Plan(o, job, lengths, costs.fitted, cluster));
+  ASSIGN_OR_RETURN(FittedCosts costs,
+                   FitToProbe(job, cluster, std::move(tasks)));
+  ASSIGN_OR_RETURN(PlanSet plans, Plan(o, job, lengths, costs.fitted, cluster));
   PrintSetup(o, job, cal, gloo, cluster, costs, plans);
   std::fflush(stdout);
   RETURN_IF_ERROR(WritePlans(dir, job, plans));

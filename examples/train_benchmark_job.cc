@@ -274,28 +274,36 @@ v1::StepPlan SingleRankPlan(int64_t step, const std::vector<int64_t>& lengths,
   return plan;
 }
 
-v1::StepPlan GroupTaskPlan(int64_t step, int world, int ulysses,
+v1::StepPlan GroupTaskPlan(int64_t step, int world, int size, int ulysses,
                            const std::vector<int64_t>& lengths,
                            double recompute, const std::string& prefix) {
-  v1::StepPlan plan = SingleRankPlan(step, lengths, recompute);
-  v1::Task* task = plan.mutable_tasks(0);
-  task->clear_ranks();
-  task->clear_micro_steps();
-  if (world < 2) {
-    task->add_ranks(0);
-    task->add_micro_steps(0);
-    return plan;
+  if (size < 2) return EveryRankTaskPlan(step, world, lengths, recompute);
+  v1::StepPlan plan;
+  plan.set_step(step);
+  int64_t sample = 0;
+  int64_t total = 0;
+  for (int g = 0; g < world / size; ++g) {
+    v1::Task* task = plan.add_tasks();
+    task->set_task_index(g);
+    task->set_recompute(recompute);
+    v1::CommGroup* group = plan.add_groups();
+    group->set_id(g + 1);
+    group->set_rendezvous_prefix(absl::StrCat(prefix, "/g", g));
+    for (int r = g * size; r < (g + 1) * size; ++r) {
+      task->add_ranks(r);
+      task->add_micro_steps(0);
+      group->add_ranks(r);
+    }
+    task->set_group_id(g + 1);
+    if (ulysses > 0 && ulysses != size) task->set_ulysses(ulysses);
+    for (int64_t length : lengths) {
+      plan.add_samples(sample);
+      task->add_samples(sample++);
+      task->add_lengths(length);
+      total += length;
+    }
   }
-  v1::CommGroup* group = plan.add_groups();
-  group->set_id(1);
-  group->set_rendezvous_prefix(prefix);
-  for (int r = 0; r < world; ++r) {
-    task->add_ranks(r);
-    task->add_micro_steps(0);
-    group->add_ranks(r);
-  }
-  task->set_group_id(1);
-  if (ulysses > 0 && ulysses != world) task->set_ulysses(ulysses);
+  plan.set_total_tokens(total);
   return plan;
 }
 

@@ -92,11 +92,12 @@ absl::Status AppendTaskRecord(const std::string& dir,
 absl::StatusOr<std::vector<TaskObservation>> ReadTaskRecords(
     const std::string& dir);
 
-/// A step plan of one task over ranks 0 .. `world` - 1 (all of them, as
-/// `ulysses`-way Ulysses inside a ring, 0: the whole group), one sequence
-/// of each of `lengths` packed, at `recompute`; its group meets under
-/// `prefix`.
-v1::StepPlan GroupTaskPlan(int64_t step, int world, int ulysses,
+/// A step plan of `world` / `size` tasks, task g over ranks g * size ..
+/// (g + 1) * size - 1 (as `ulysses`-way Ulysses inside a ring, 0: the whole
+/// group), each one sequence of each of `lengths` packed (sample ids
+/// apart), at `recompute`: every group busy at once, as they are in
+/// training. Group g meets under `prefix`/g<g>. `size` divides `world`.
+v1::StepPlan GroupTaskPlan(int64_t step, int world, int size, int ulysses,
                            const std::vector<int64_t>& lengths,
                            double recompute, const std::string& prefix);
 

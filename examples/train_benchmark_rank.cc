@@ -54,13 +54,13 @@ std::vector<std::vector<int64_t>> ProbeShapes(int64_t w) {
   return {{w}, {w / 2}, {w / 4, w / 4, w / 4, w / 4}, {w / 8}};
 }
 
-// The Ulysses degrees of the world's group the probe times: plain Ulysses
-// where the world divides the heads, each smaller degree dividing both
+// The Ulysses degrees of a group of `size` the probe times: plain Ulysses
+// where the size divides the heads, each smaller degree dividing both
 // inside a ring, and the plain ring (u = 1).
-std::vector<int> ProbeUlyssesDegrees(const Job& job) {
+std::vector<int> ProbeUlyssesDegrees(int size, int heads) {
   std::vector<int> out;
-  for (int u = job.world_size; u >= 1; --u) {
-    if (job.world_size % u == 0 && job.model.heads % u == 0) out.push_back(u);
+  for (int u = size; u >= 1; --u) {
+    if (size % u == 0 && heads % u == 0) out.push_back(u);
   }
   return out;
 }
@@ -148,8 +148,8 @@ absl::StatusOr<double> MedianSeconds(
     const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
   std::vector<double> seconds;
   for (int i = 0; i < kProbeWarmUps + kProbeRuns; ++i) {
-    RETURN_IF_ERROR(RunCollective("the probe's barrier",
-                                  [&] { return group.barrier(); }));
+    RETURN_IF_ERROR(
+        RunCollective("the probe's barrier", [&] { return group.barrier(); }));
     const absl::Time begin = absl::Now();
     RETURN_IF_ERROR(RunCollective(what, start));
     if (i >= kProbeWarmUps) {
@@ -162,10 +162,13 @@ absl::StatusOr<double> MedianSeconds(
 }
 
 // The probe's training tasks: every shape of `ProbeShapes` on one rank (all
-// ranks at once, each its own task) and on the world's group at every
-// Ulysses degree of `ProbeUlyssesDegrees`, at recompute 0 and 1, each run `kProbeTaskRuns` times on a wall clock; rank
-// 0 writes the fastest of each (`AppendTaskRecord`). A trainer of its own,
-// its data-parallel group apart from the training's ("<session>/probe").
+// ranks at once, each its own task) and on groups of every size dividing
+// the world (all of the size at once, as in training: the planner's groups
+// of 2 on 4 ranks share the cores with the other pair) at every Ulysses
+// degree of `ProbeUlyssesDegrees`, at recompute 0 and 1, each run
+// `kProbeTaskRuns` times on a wall clock; rank 0 writes the fastest of each
+// of its own group's (`AppendTaskRecord`). A trainer of its own, its
+// data-parallel group apart from the training's ("<session>/probe").
 absl::Status ProbeTasks(const std::string& dir, const Job& job, int rank,
                         ProcessGroups& groups) {
   train::RankTrainerOptions options =
@@ -175,13 +178,11 @@ absl::Status ProbeTasks(const std::string& dir, const Job& job, int rank,
                    train::RankTrainer::Create(options, &groups));
   const int64_t window = job.window;
   int64_t step = 0;
-  // u = 0: every rank its own one-rank task.
-  auto run = [&](int u, const std::vector<int64_t>& lengths,
+  auto run = [&](int size, int u, const std::vector<int64_t>& lengths,
                  double recompute) -> absl::StatusOr<double> {
     const v1::StepPlan plan =
-        u == 0 ? EveryRankTaskPlan(step, job.world_size, lengths, recompute)
-               : GroupTaskPlan(step, job.world_size, u, lengths, recompute,
-                               absl::StrCat(job.session, "/probe/u", u));
+        GroupTaskPlan(step, job.world_size, size, u, lengths, recompute,
+                      absl::StrCat(job.session, "/probe/p", size, "u", u));
     ASSIGN_OR_RETURN(RankPlan mine, RankPlanFromStep(plan, rank));
     ++step;
     ASSIGN_OR_RETURN(train::StepStats stats, trainer->Step(mine));
@@ -190,22 +191,27 @@ absl::Status ProbeTasks(const std::string& dir, const Job& job, int rank,
     }
     return stats.task_seconds[0];
   };
-  // p = 1 (every rank its own task at once), then each Ulysses degree of
-  // the world's group; u = 0 stands for the one-rank tasks.
-  std::vector<int> shapes = {0};
-  for (int u : ProbeUlyssesDegrees(job)) shapes.push_back(u);
-  for (int u : shapes) {
-    RETURN_IF_ERROR(run(u, {window / 8}, 0).status());  // Warm-up.
+  // (size, u) of every shape: one rank, then each group size dividing the
+  // world at each of its Ulysses degrees.
+  std::vector<std::pair<int, int>> shapes = {{1, 1}};
+  for (int size = 2; size <= job.world_size; ++size) {
+    if (job.world_size % size != 0) continue;
+    for (int u : ProbeUlyssesDegrees(size, job.model.heads)) {
+      shapes.emplace_back(size, u);
+    }
+  }
+  for (const auto& [size, u] : shapes) {
+    RETURN_IF_ERROR(run(size, u, {window / 8}, 0).status());  // Warm-up.
     for (const std::vector<int64_t>& lengths : ProbeShapes(window)) {
       for (double recompute : {0.0, 1.0}) {
         TaskObservation record;
-        record.group_size = u == 0 ? 1 : job.world_size;
-        record.ulysses = u == 0 || u == job.world_size ? 0 : u;
+        record.group_size = size;
+        record.ulysses = u == size ? 0 : u;
         record.recompute = recompute;
         record.lengths = lengths;
         record.seconds = std::numeric_limits<double>::infinity();
         for (int i = 0; i < kProbeTaskRuns; ++i) {
-          ASSIGN_OR_RETURN(double seconds, run(u, lengths, recompute));
+          ASSIGN_OR_RETURN(double seconds, run(size, u, lengths, recompute));
           record.seconds = std::min(record.seconds, seconds);
         }
         if (rank == 0) RETURN_IF_ERROR(AppendTaskRecord(dir, record));
@@ -226,10 +232,10 @@ absl::Status RunGlooProbe(const std::string& dir, int rank,
       examples::RankGroups groups,
       examples::ConnectRankGroups(address, job.session, rank,
                                   absl::Seconds(job.group_timeout_s)));
-  ASSIGN_OR_RETURN(c10d::ProcessGroup * world,
-                   groups.groups->DataParallel(
-                       job.world_size, /*epoch=*/0,
-                       absl::StrCat(job.session, "/probe/world")));
+  ASSIGN_OR_RETURN(
+      c10d::ProcessGroup * world,
+      groups.groups->DataParallel(job.world_size, /*epoch=*/0,
+                                  absl::StrCat(job.session, "/probe/world")));
   std::vector<GlooRecord> records;
   for (int64_t per_peer :
        {kProbeSmallFloatsPerPeer, kProbeLargeFloatsPerPeer}) {
@@ -239,17 +245,17 @@ absl::Status RunGlooProbe(const std::string& dir, int rank,
     std::vector<int64_t> even;  // Equal splits.
     ASSIGN_OR_RETURN(
         double seconds,
-        MedianSeconds(*world, absl::StrCat("an all-to-all of ", floats,
-                                           " floats"),
-                      [&] { return world->alltoall_base(out, in, even, even); }));
+        MedianSeconds(
+            *world, absl::StrCat("an all-to-all of ", floats, " floats"),
+            [&] { return world->alltoall_base(out, in, even, even); }));
     records.push_back({"all_to_all", floats, seconds});
   }
   const int64_t params = static_cast<int64_t>(job.model.TotalParams());
   std::vector<at::Tensor> gradient = {at::ones({params})};
   ASSIGN_OR_RETURN(
       double seconds,
-      MedianSeconds(*world, absl::StrCat("an all-reduce of ", params,
-                                         " floats"),
+      MedianSeconds(*world,
+                    absl::StrCat("an all-reduce of ", params, " floats"),
                     [&] { return world->allreduce(gradient); }));
   records.push_back({"all_reduce", params, seconds});
   if (rank == 0) {

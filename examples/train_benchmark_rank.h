@@ -37,8 +37,9 @@ absl::Status RunRank(const std::string& dir, int rank,
 /// the model's gradient, each the median of several runs after warm-ups,
 /// every run started from a barrier (`AppendGlooRecord`: what
 /// `FitGlooCosts` turns into the spec's Gloo costs); then training tasks of
-/// a few shapes on the whole world, at each Ulysses degree it allows (the
-/// plain ring among them) and recompute 0 and 1, each the fastest of three
+/// a few shapes on one rank and on groups of each size dividing the world
+/// (all groups of a size at once), at each Ulysses degree a size allows
+/// (the plain ring among them) and recompute 0 and 1, each the fastest of three
 /// runs on a wall clock (`AppendTaskRecord`: what the cost model is fitted
 /// to). Rank 0 writes the records. torch runs at one thread, as the ranks
 /// train.
