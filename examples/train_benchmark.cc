@@ -181,7 +181,9 @@ absl::StatusOr<FittedCosts> FitToProbe(
 }
 
 // The fitted model's mean error on the observations of each group shape
-// (one rank, plain Ulysses, Ulysses inside a ring, the plain ring).
+// (one rank, plain Ulysses, Ulysses inside a ring, the plain ring), and the
+// median of predicted / measured over them (above 1: the shape predicted
+// slow, which steers the planner off it; below 1: predicted fast).
 void PrintFitByShape(const FittedCosts& costs) {
   std::map<std::pair<int, int>, std::vector<TaskObservation>> by_shape;
   for (const TaskObservation& o : costs.observations) {
@@ -189,12 +191,26 @@ void PrintFitByShape(const FittedCosts& costs) {
   }
   std::vector<std::string> parts;
   for (const auto& [shape, observations] : by_shape) {
+    std::vector<double> ratios;
+    for (const TaskObservation& o : observations) {
+      ratios.push_back(costs.fitted.TaskSeconds(o.group_size, o.intra_node,
+                                                o.lengths, o.recompute,
+                                                o.ulysses) /
+                       o.seconds);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const size_t n = ratios.size();
+    const double median = n % 2 == 1 ? ratios[n / 2]
+                                     : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
     parts.push_back(absl::StrFormat(
-        "p=%d u=%d: %.1f%% (%d tasks)", shape.first, shape.second,
-        100 * costs.fitted.MeanRelativeError(observations),
+        "p=%d u=%d: %.1f%%, x%.2f (%d tasks)", shape.first, shape.second,
+        100 * costs.fitted.MeanRelativeError(observations), median,
         observations.size()));
   }
-  absl::PrintF("    after the fit, by shape: %s\n", absl::StrJoin(parts, "; "));
+  absl::PrintF(
+      "    after the fit, by shape: mean error, median predicted/measured: "
+      "%s\n",
+      absl::StrJoin(parts, "; "));
 }
 
 // ---- Report --------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "examples/train_benchmark_job.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -56,6 +57,22 @@ absl::StatusOr<std::vector<nlohmann::json>> ReadJsonLines(
       return absl::DataLossError(absl::StrCat(path, ": not JSON: ", line));
     }
     out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// The records of a JSON Lines file, each line made one by `parse` (which may
+// throw nlohmann's exceptions on a missing or mistyped field).
+template <typename Record, typename Parse>
+absl::StatusOr<std::vector<Record>> ReadRecords(const std::string& path,
+                                                Parse parse) {
+  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines, ReadJsonLines(path));
+  std::vector<Record> out;
+  out.reserve(lines.size());
+  try {
+    for (const nlohmann::json& j : lines) out.push_back(parse(j));
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": ", e.what()));
   }
   return out;
 }
@@ -133,26 +150,18 @@ absl::Status AppendStepRecord(const std::string& dir, int rank,
 
 absl::StatusOr<std::vector<StepRecord>> ReadStepRecords(const std::string& dir,
                                                         int rank) {
-  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
-                   ReadJsonLines(StatsPath(dir, rank)));
-  std::vector<StepRecord> out;
-  try {
-    for (const nlohmann::json& j : lines) {
-      StepRecord r;
-      r.kind = j.at("kind").get<std::string>() == "dcp" ? PlanKind::kDcp
-                                                        : PlanKind::kStatic;
-      r.step = j.at("step").get<int>();
-      r.wall_s = j.at("wall_s").get<double>();
-      r.cpu_s = j.at("cpu_s").get<double>();
-      r.tokens = j.at("tokens").get<int64_t>();
-      r.loss = j.at("loss").get<double>();
-      out.push_back(r);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat(StatsPath(dir, rank), ": ", e.what()));
-  }
-  return out;
+  return ReadRecords<StepRecord>(
+      StatsPath(dir, rank), [](const nlohmann::json& j) {
+        StepRecord r;
+        r.kind = j.at("kind").get<std::string>() == "dcp" ? PlanKind::kDcp
+                                                          : PlanKind::kStatic;
+        r.step = j.at("step").get<int>();
+        r.wall_s = j.at("wall_s").get<double>();
+        r.cpu_s = j.at("cpu_s").get<double>();
+        r.tokens = j.at("tokens").get<int64_t>();
+        r.loss = j.at("loss").get<double>();
+        return r;
+      });
 }
 
 absl::Status AppendGlooRecord(const std::string& dir, const GlooRecord& r) {
@@ -164,21 +173,13 @@ absl::Status AppendGlooRecord(const std::string& dir, const GlooRecord& r) {
 
 absl::StatusOr<std::vector<GlooRecord>> ReadGlooRecords(
     const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
-                   ReadJsonLines(GlooPath(dir)));
-  std::vector<GlooRecord> out;
-  try {
-    for (const nlohmann::json& j : lines) {
-      GlooRecord r;
-      r.collective = j.at("collective").get<std::string>();
-      r.floats = j.at("floats").get<int64_t>();
-      r.seconds = j.at("seconds").get<double>();
-      out.push_back(r);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(GlooPath(dir), ": ", e.what()));
-  }
-  return out;
+  return ReadRecords<GlooRecord>(GlooPath(dir), [](const nlohmann::json& j) {
+    GlooRecord r;
+    r.collective = j.at("collective").get<std::string>();
+    r.floats = j.at("floats").get<int64_t>();
+    r.seconds = j.at("seconds").get<double>();
+    return r;
+  });
 }
 
 absl::Status AppendTaskRecord(const std::string& dir,
@@ -193,23 +194,16 @@ absl::Status AppendTaskRecord(const std::string& dir,
 
 absl::StatusOr<std::vector<TaskObservation>> ReadTaskRecords(
     const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
-                   ReadJsonLines(TasksPath(dir)));
-  std::vector<TaskObservation> out;
-  try {
-    for (const nlohmann::json& j : lines) {
-      TaskObservation r;
-      r.group_size = j.at("group_size").get<int>();
-      r.ulysses = j.at("ulysses").get<int>();
-      r.recompute = j.at("recompute").get<double>();
-      r.lengths = j.at("lengths").get<std::vector<int64_t>>();
-      r.seconds = j.at("seconds").get<double>();
-      out.push_back(std::move(r));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(TasksPath(dir), ": ", e.what()));
-  }
-  return out;
+  return ReadRecords<TaskObservation>(
+      TasksPath(dir), [](const nlohmann::json& j) {
+        TaskObservation r;
+        r.group_size = j.at("group_size").get<int>();
+        r.ulysses = j.at("ulysses").get<int>();
+        r.recompute = j.at("recompute").get<double>();
+        r.lengths = j.at("lengths").get<std::vector<int64_t>>();
+        r.seconds = j.at("seconds").get<double>();
+        return r;
+      });
 }
 
 absl::Status AppendMemoryRecord(const std::string& dir, const MemoryRecord& r) {
@@ -222,22 +216,14 @@ absl::Status AppendMemoryRecord(const std::string& dir, const MemoryRecord& r) {
 
 absl::StatusOr<std::vector<MemoryRecord>> ReadMemoryRecords(
     const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<nlohmann::json> lines,
-                   ReadJsonLines(MemoryPath(dir)));
-  std::vector<MemoryRecord> out;
-  try {
-    for (const nlohmann::json& j : lines) {
-      MemoryRecord r;
-      r.recompute = j.at("recompute").get<double>();
-      r.layers_recomputed = j.at("layers_recomputed").get<int>();
-      r.baseline_bytes = j.at("baseline_bytes").get<int64_t>();
-      r.peak_bytes = j.at("peak_bytes").get<int64_t>();
-      out.push_back(r);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(MemoryPath(dir), ": ", e.what()));
-  }
-  return out;
+  return ReadRecords<MemoryRecord>(MemoryPath(dir), [](const nlohmann::json& j) {
+    MemoryRecord r;
+    r.recompute = j.at("recompute").get<double>();
+    r.layers_recomputed = j.at("layers_recomputed").get<int>();
+    r.baseline_bytes = j.at("baseline_bytes").get<int64_t>();
+    r.peak_bytes = j.at("peak_bytes").get<int64_t>();
+    return r;
+  });
 }
 
 train::RankTrainerOptions TrainerOptions(const Job& job, int world, int rank,
@@ -257,27 +243,13 @@ train::RankTrainerOptions TrainerOptions(const Job& job, int world, int rank,
 
 v1::StepPlan SingleRankPlan(int64_t step, const std::vector<int64_t>& lengths,
                             double recompute) {
-  v1::StepPlan plan;
-  plan.set_step(step);
-  v1::Task* task = plan.add_tasks();
-  task->add_ranks(0);
-  task->add_micro_steps(0);
-  task->set_recompute(recompute);
-  int64_t total = 0;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    plan.add_samples(static_cast<int64_t>(i));
-    task->add_samples(static_cast<int64_t>(i));
-    task->add_lengths(lengths[i]);
-    total += lengths[i];
-  }
-  plan.set_total_tokens(total);
-  return plan;
+  return EveryRankTaskPlan(step, 1, lengths, recompute);
 }
 
 v1::StepPlan GroupTaskPlan(int64_t step, int world, int size, int ulysses,
                            const std::vector<int64_t>& lengths,
                            double recompute, const std::string& prefix) {
-  if (size < 2) return EveryRankTaskPlan(step, world, lengths, recompute);
+  size = std::max(size, 1);
   v1::StepPlan plan;
   plan.set_step(step);
   int64_t sample = 0;
@@ -286,16 +258,19 @@ v1::StepPlan GroupTaskPlan(int64_t step, int world, int size, int ulysses,
     v1::Task* task = plan.add_tasks();
     task->set_task_index(g);
     task->set_recompute(recompute);
-    v1::CommGroup* group = plan.add_groups();
-    group->set_id(g + 1);
-    group->set_rendezvous_prefix(absl::StrCat(prefix, "/g", g));
+    v1::CommGroup* group = nullptr;
+    if (size > 1) {
+      group = plan.add_groups();
+      group->set_id(g + 1);
+      group->set_rendezvous_prefix(absl::StrCat(prefix, "/g", g));
+      task->set_group_id(g + 1);
+      if (ulysses > 0 && ulysses != size) task->set_ulysses(ulysses);
+    }
     for (int r = g * size; r < (g + 1) * size; ++r) {
       task->add_ranks(r);
       task->add_micro_steps(0);
-      group->add_ranks(r);
+      if (group != nullptr) group->add_ranks(r);
     }
-    task->set_group_id(g + 1);
-    if (ulysses > 0 && ulysses != size) task->set_ulysses(ulysses);
     for (int64_t length : lengths) {
       plan.add_samples(sample);
       task->add_samples(sample++);
@@ -310,25 +285,7 @@ v1::StepPlan GroupTaskPlan(int64_t step, int world, int size, int ulysses,
 v1::StepPlan EveryRankTaskPlan(int64_t step, int world,
                                const std::vector<int64_t>& lengths,
                                double recompute) {
-  v1::StepPlan plan;
-  plan.set_step(step);
-  int64_t sample = 0;
-  int64_t total = 0;
-  for (int r = 0; r < world; ++r) {
-    v1::Task* task = plan.add_tasks();
-    task->set_task_index(r);
-    task->add_ranks(r);
-    task->add_micro_steps(0);
-    task->set_recompute(recompute);
-    for (int64_t length : lengths) {
-      plan.add_samples(sample);
-      task->add_samples(sample++);
-      task->add_lengths(length);
-      total += length;
-    }
-  }
-  plan.set_total_tokens(total);
-  return plan;
+  return GroupTaskPlan(step, world, 1, 0, lengths, recompute, "");
 }
 
 }  // namespace dcp::train_benchmark

@@ -96,7 +96,8 @@ absl::StatusOr<std::vector<TaskObservation>> ReadTaskRecords(
 /// (g + 1) * size - 1 (as `ulysses`-way Ulysses inside a ring, 0: the whole
 /// group), each one sequence of each of `lengths` packed (sample ids
 /// apart), at `recompute`: every group busy at once, as they are in
-/// training. Group g meets under `prefix`/g<g>. `size` divides `world`.
+/// training. Group g meets under `prefix`/g<g>. `size` divides `world`;
+/// a size of 1 (or less) gives one-rank tasks, no groups.
 v1::StepPlan GroupTaskPlan(int64_t step, int world, int size, int ulysses,
                            const std::vector<int64_t>& lengths,
                            double recompute, const std::string& prefix);
