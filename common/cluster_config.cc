@@ -48,6 +48,7 @@ constexpr DoubleField kDoubleFields[] = {
 };
 
 constexpr char kGpusPerNode[] = "gpus_per_node";
+constexpr char kRingOverlapsAttention[] = "ring_overlaps_attention";
 constexpr int kMaxGpusPerNode = 1 << 16;
 
 bool InRange(double v, Range range) {
@@ -148,7 +149,8 @@ absl::Status Bad(absl::string_view source, absl::string_view what) {
 absl::Status CheckKeys(const nlohmann::json& j, absl::string_view source) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
-    bool known = key == "name" || key == kGpusPerNode;
+    bool known =
+        key == "name" || key == kGpusPerNode || key == kRingOverlapsAttention;
     for (const DoubleField& f : kDoubleFields) known = known || key == f.key;
     if (!known) {
       return Bad(source, absl::StrCat("unknown field '", key, "'"));
@@ -182,6 +184,15 @@ absl::Status ReadFields(const nlohmann::json& j, absl::string_view source,
                                     kMaxGpusPerNode, "], got ", g.dump()));
   }
   c.gpus_per_node = g.get<int>();
+  if (j.contains(kRingOverlapsAttention)) {
+    const nlohmann::json& o = j[kRingOverlapsAttention];
+    if (!o.is_boolean()) {
+      return Bad(source,
+                 absl::StrCat("field '", kRingOverlapsAttention,
+                              "' must be true or false, got ", o.dump()));
+    }
+    c.ring_overlaps_attention = o.get<bool>();
+  }
   return absl::OkStatus();
 }
 
@@ -240,6 +251,7 @@ std::string ClusterConfigJson(const ClusterSpec& cluster) {
   j["name"] = cluster.name;
   for (const DoubleField& f : kDoubleFields) j[f.key] = cluster.*(f.member);
   j[kGpusPerNode] = cluster.gpus_per_node;
+  j[kRingOverlapsAttention] = cluster.ring_overlaps_attention;
   return j.dump(2);
 }
 

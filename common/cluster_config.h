@@ -24,7 +24,9 @@ namespace dcp {
 ///
 /// Every field is required (a config that silently inherited another GPU's
 /// figures would hide the mismatch it is meant to state) and an unknown one
-/// is an error (a misspelt field must not pass as a default). The built-ins
+/// is an error (a misspelt field must not pass as a default). The one
+/// exception is the boolean "ring_overlaps_attention", true for every GPU
+/// and said false by a CPU host's config. The built-ins
 /// and the sources of their figures are in docs/CLUSTERS.md.
 ///
 ///   absl::StatusOr<ClusterSpec> c = ResolveClusterConfig("a100-80g");

@@ -40,6 +40,7 @@ void ExpectSameFigures(const ClusterSpec& a, const ClusterSpec& b) {
   EXPECT_EQ(a.attn_eff_half_tokens, b.attn_eff_half_tokens);
   EXPECT_EQ(a.overhead_per_layer_s, b.overhead_per_layer_s);
   EXPECT_EQ(a.grad_sync_bw, b.grad_sync_bw);
+  EXPECT_EQ(a.ring_overlaps_attention, b.ring_overlaps_attention);
 }
 
 TEST(ClusterConfigTest, H200BuiltinIsTheReferenceCluster) {
@@ -74,6 +75,37 @@ TEST(ClusterConfigTest, BuiltinsDifferWhereTheirDataSheetsDo) {
   EXPECT_LT(a100.peak_flops, h100.peak_flops);
   EXPECT_LT(a100.intra_node_bw, h100.intra_node_bw);
   EXPECT_LT(a100.inter_node_bw, h100.inter_node_bw);
+}
+
+// The one optional field: absent, a GPU's overlap; false round-trips; any
+// value but a boolean is an error naming the field, and the config is not
+// taken.
+TEST(ClusterConfigTest, RingOverlapIsOptionalAndBoolean) {
+  nlohmann::json j = H200Json();
+  ASSERT_TRUE(j.contains("ring_overlaps_attention"));
+  j.erase("ring_overlaps_attention");
+  absl::StatusOr<ClusterSpec> absent = ParseClusterConfig(j.dump(), "a.json");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_TRUE(absent->ring_overlaps_attention);
+
+  j["ring_overlaps_attention"] = false;
+  absl::StatusOr<ClusterSpec> host = ParseClusterConfig(j.dump(), "host.json");
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_FALSE(host->ring_overlaps_attention);
+  absl::StatusOr<ClusterSpec> back =
+      ParseClusterConfig(ClusterConfigJson(*host), "back.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameFigures(*back, *host);
+
+  for (const nlohmann::json& bad :
+       {nlohmann::json(0), nlohmann::json("false"), nlohmann::json(nullptr)}) {
+    j["ring_overlaps_attention"] = bad;
+    absl::StatusOr<ClusterSpec> c = ParseClusterConfig(j.dump(), "bad.json");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("ring_overlaps_attention"),
+              std::string::npos)
+        << c.status();
+  }
 }
 
 TEST(ClusterConfigTest, UnknownNameListsTheBuiltins) {

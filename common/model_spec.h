@@ -75,6 +75,12 @@ struct ClusterSpec {
   double attn_eff_half_tokens = 1024;
   double overhead_per_layer_s = 30e-6;
   double grad_sync_bw = 40e9;
+  /// Whether a ring's passes run beside its attention, so that a task waits
+  /// for the longer of the two (docs/COST_MODEL.md; GPUs, where NCCL's
+  /// transfers use their own engines and SMs), or after it, the two adding
+  /// up: a CPU host, where one core computes and copies Gloo's messages
+  /// too. Optional in a cluster config; true unless it says false.
+  bool ring_overlaps_attention = true;
 
   /// Usable memory per GPU in bytes.
   double MemoryCap() const { return hbm_bytes * usable_fraction; }

@@ -59,7 +59,9 @@ absl::StatusOr<GlooCosts> FitGlooCosts(const std::vector<GlooRecord>& records,
 /// the per-layer overhead from `fit` (GEMM efficiency 1 and no
 /// half-efficiency sizes: the fit already holds them); the all-to-all, ring
 /// and gradient-sync costs from `gloo` (the cost model counts 2-byte
-/// elements, the trainer sends float32: half the bytes a second); one node.
+/// elements, the trainer sends float32: half the bytes a second); one node;
+/// a ring's passes adding to its attention (`ring_overlaps_attention`
+/// false: one core does both).
 /// Memory per rank: with `memory_cap_tokens` > 0, exactly what the cost
 /// model says a rank needs to hold that many tokens at recompute 0
 /// (`CostModel::MaxTokensPerGpu(0)` of the result is that figure: the cap

@@ -13,6 +13,7 @@ assert spec["gpus_per_node"] == 2, spec
 assert spec["hbm_bytes"] == 1e9 and spec["usable_fraction"] == 1.0, spec
 for key in ("peak_flops", "intra_node_bw", "grad_sync_bw"):
     assert spec[key] > 0, (key, spec)
+assert spec["ring_overlaps_attention"] is False, spec
 PY
 scheduler/eval/dcp-plan --cluster_config="${out}" \
   --model_config=data/models/cpu-tiny.json \

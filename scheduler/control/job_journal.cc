@@ -84,6 +84,7 @@ CostModel ModelFromState(const state::CostModelState& stored,
   c.mem_token = stored.mem_token();
   c.mem_token_recompute = stored.mem_token_recompute();
   c.mem_token_base = stored.mem_token_base();
+  c.ring_overlaps_attention = like.coefficients().ring_overlaps_attention;
   return CostModel(c, like.model(), like.memory_cap(), like.gpus_per_node());
 }
 

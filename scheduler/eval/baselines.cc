@@ -172,10 +172,10 @@ std::vector<Pack> FirstFitDecreasing(const LengthView& lengths,
 // A task's cost is a function of its total tokens plus a sum over its
 // sequences (attention): the linear work, the all-to-all, the overhead and
 // the ring's passes depend on the tokens only. So a growing pack's cost can
-// be updated in O(1): other_s + max(sum of SequenceAttentionSeconds(s_i),
-// ring_s), both terms of TokenTerms(T).
+// be updated in O(1): other_s + AttentionWithRing(sum of
+// SequenceAttentionSeconds(s_i), ring_s), both terms of TokenTerms(T).
 struct TokenTerms {
-  double other_s = 0;  // everything but max(attention, ring)
+  double other_s = 0;  // everything but AttentionWithRing(attention, ring)
   double ring_s = 0;
 };
 
@@ -185,7 +185,8 @@ TokenTerms TermsOfTokens(const ReferenceCluster& cluster,
   const int64_t one[] = {tokens};
   const ReferenceCluster::TaskCost c =
       cluster.CostOn(group, one, recompute, ulysses);
-  return {c.total_s - std::max(c.attention_s, c.ring_s), c.ring_s};
+  return {c.total_s - cluster.AttentionWithRing(c.attention_s, c.ring_s),
+          c.ring_s};
 }
 
 double SequenceAttentionSeconds(const ReferenceCluster& cluster,
@@ -367,8 +368,8 @@ absl::StatusOr<StepPlan> PlanStatic(const ReferenceCluster& cluster,
           SequenceAttentionSeconds(cluster, links[g], len, config.recompute, u);
       const TokenTerms terms = TermsOfTokens(cluster, links[g], packs[k].tokens,
                                              config.recompute, u);
-      const double cost =
-          terms.other_s + std::max(attention[g][k], terms.ring_s);
+      const double cost = terms.other_s + cluster.AttentionWithRing(
+                                              attention[g][k], terms.ring_s);
       by_load.erase(by_load.begin());
       load[g] += cost - pack_cost[g][k];
       by_load.emplace(load[g], g);

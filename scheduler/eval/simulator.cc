@@ -110,8 +110,8 @@ ReferenceCluster::TaskCost ReferenceCluster::CostOn(
         layers * (3.0 + recompute) * (ring - 1.0) * (block / bw + latency);
   }
   c.overhead_s = cluster_.overhead_per_layer_s * layers;
-  c.total_s = c.linear_s + std::max(c.attention_s, c.ring_s) + c.all_to_all_s +
-              c.overhead_s;
+  c.total_s = c.linear_s + AttentionWithRing(c.attention_s, c.ring_s) +
+              c.all_to_all_s + c.overhead_s;
   c.memory_bytes = MemoryBytes(t, recompute);
   return c;
 }

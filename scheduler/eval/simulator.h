@@ -1,6 +1,7 @@
 #ifndef DCP_SCHEDULER_EVAL_SIMULATOR_H_
 #define DCP_SCHEDULER_EVAL_SIMULATOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -30,10 +31,11 @@ class ReferenceCluster {
     /// The Ulysses all-to-alls (u > 1).
     double all_to_all_s = 0;
     /// The ring's K/V passes (c > 1). They overlap the attention they feed,
-    /// so only what exceeds `attention_s` adds to `total_s`.
+    /// so only what exceeds `attention_s` adds to `total_s` (all of them on
+    /// a cluster whose passes do not overlap: `AttentionWithRing`).
     double ring_s = 0;
     double overhead_s = 0;
-    /// linear + max(attention, ring) + all-to-all + overhead.
+    /// linear + AttentionWithRing(attention, ring) + all-to-all + overhead.
     double total_s = 0;
     double memory_bytes = 0;
   };
@@ -98,6 +100,13 @@ class ReferenceCluster {
   bool UlyssesIntraNode(absl::Span<const int> ranks, int ulysses) const;
 
   const ClusterSpec& cluster() const { return cluster_; }
+  /// What a task waits for of its attention and its ring's passes: the
+  /// longer (COST_MODEL.md), or both where the cluster's passes do not
+  /// overlap attention (`ClusterSpec::ring_overlaps_attention`).
+  double AttentionWithRing(double attention_s, double ring_s) const {
+    return cluster_.ring_overlaps_attention ? std::max(attention_s, ring_s)
+                                            : attention_s + ring_s;
+  }
   const ModelSpec& model() const { return model_; }
   int world_size() const { return world_size_; }
 

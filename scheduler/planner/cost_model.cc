@@ -43,6 +43,7 @@ CostModel CostModel::FromSpecs(const ClusterSpec& cluster,
   c.mem_token = 34.0 * d * layers;
   c.mem_token_recompute = 2.0 * d * layers;
   c.mem_token_base = 34.0 * d;
+  c.ring_overlaps_attention = cluster.ring_overlaps_attention;
   return CostModel(c, model, cluster.MemoryCap(), cluster.gpus_per_node);
 }
 
@@ -89,7 +90,7 @@ double CostModel::TaskSecondsFromSums(int p, bool intra_node, double tokens,
   AttentionAndRing(p, intra_node, tokens, attn_units, recompute, ulysses,
                    &attention, &ring);
   double s = c_.lin * (3.0 + recompute) * (t + c_.gemm_half) +
-             std::max(attention, ring) + c_.fixed;
+             AttentionWithRing(attention, ring) + c_.fixed;
   if (u > 1) {
     // Subgroups of a ring, placed aligned to u, stay inside a node when u
     // divides a node; a plain Ulysses group is the whole group.

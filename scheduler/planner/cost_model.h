@@ -1,6 +1,7 @@
 #ifndef DCP_SCHEDULER_PLANNER_COST_MODEL_H_
 #define DCP_SCHEDULER_PLANNER_COST_MODEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,7 +43,8 @@ inline constexpr double kMinTaskSeconds = 1e-9;
 /// (u = p, c = 1 when it has no ring; docs/COST_MODEL.md, "Hybrid groups").
 ///
 /// time = lin * (3 + r) * (t + gemm_half)                  (t = tokens / p)
-///      + max(attention, ring)
+///      + max(attention, ring)     (attention + ring where the cluster's
+///                                  ring passes do not overlap attention)
 ///      + [u > 1] (a2a_byte(intra_u) * vol(t, u) + a2a_fixed(intra_u)) * (2 + r)
 ///      + fixed
 /// attention = attn * (3.5 + r) / p * sum_i s_i * (s_i + c * attn_half)
@@ -91,6 +93,9 @@ class CostModel {
     double mem_token = 0;
     double mem_token_recompute = 0;
     double mem_token_base = 0;
+    /// `ClusterSpec::ring_overlaps_attention`: a property of the hardware,
+    /// not a fitted coefficient (`Fit` keeps it).
+    bool ring_overlaps_attention = true;
   };
 
   static CostModel FromSpecs(const ClusterSpec& cluster, const ModelSpec& model,
@@ -114,10 +119,16 @@ class CostModel {
     return length * (length + c_.attn_half);
   }
   /// The attention and the ring passes of a task, before their overlap
-  /// (the task waits for the longer).
+  /// (the task waits for the longer, or for both: `AttentionWithRing`).
   void AttentionAndRing(int p, bool intra_node, double tokens,
                         double attn_units, double recompute, int ulysses,
                         double* attention, double* ring) const;
+  /// What a task waits for of its attention and its ring's passes: the
+  /// longer where the passes overlap attention, else their sum.
+  double AttentionWithRing(double attention, double ring) const {
+    return c_.ring_overlaps_attention ? std::max(attention, ring)
+                                      : attention + ring;
+  }
   /// Predicted memory per GPU for `tokens_per_gpu` tokens on each GPU.
   double MemoryBytes(double tokens_per_gpu, double recompute) const;
   /// Gradient synchronisation at the end of a step.

@@ -284,8 +284,10 @@ std::vector<TimeVector> TimeFeatures(
       if (j == kAttnHalf) features[i][j] -= features[i][kAttn];
     }
   }
-  // Of attention and the ring only the longer adds to a task's time: the
-  // other's features are zero for it, as `model` sees the task.
+  // Where the ring's passes do not overlap attention both add to a task's
+  // time, and both are fitted. Where they do only the longer adds: the
+  // other's features are zero for the task, as `model` sees it.
+  if (!model.coefficients().ring_overlaps_attention) return features;
   for (size_t i = 0; i < observations.size(); ++i) {
     const TaskObservation& o = observations[i];
     double tokens = 0, units = 0;

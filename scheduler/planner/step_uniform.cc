@@ -112,9 +112,10 @@ double StepPlanner::UniformBound(int p, double total_tokens,
       items_.begin());
   const double capped = over * cap + (total_tokens - prefix_tokens_[over]);
   const double packs = std::ceil(capped / cap * (1 - 1e-12));
-  // The ring's passes overlap the attention, so a pack's constant there
+  // The ring's passes may overlap the attention, so a pack's constant there
   // (the ring's latency) is left out of `empty`: a sum of tasks' times is
-  // still at least the whole work's time plus the other constants.
+  // still at least the whole work's time plus the other constants (where
+  // the passes add to attention instead, the bound is only looser).
   const int u = UniformUlysses(p);
   double empty_attention = 0, empty_ring = 0;
   model_.AttentionAndRing(p, intra, 0, 0, 0, u, &empty_attention, &empty_ring);
