@@ -211,6 +211,12 @@ void PrintFitByShape(const FittedCosts& costs) {
       "    after the fit, by shape: mean error, median predicted/measured: "
       "%s\n",
       absl::StrJoin(parts, "; "));
+  absl::PrintF(
+      "    a ring's passes, in the form the fit kept (the spec's, or the "
+      "other where it predicts the probe better): %s\n",
+      costs.fitted.coefficients().ring_overlaps_attention
+          ? "beside attention (a task waits for the longer)"
+          : "after attention (a task waits for both)");
 }
 
 // ---- Report --------------------------------------------------------------

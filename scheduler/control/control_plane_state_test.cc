@@ -25,8 +25,10 @@
 #include "gtest/gtest.h"
 #include "scheduler/control/control_plane.h"
 #include "scheduler/control/file_state_store.h"
+#include "scheduler/control/job_journal.h"
 #include "scheduler/control/state_store.h"
 #include "scheduler/eval/simulator.h"
+#include "scheduler/planner/cost_model.h"
 #include "scheduler/planner/plan_proto.h"
 #include "scheduler/planner/step_builder.h"
 #include "scheduler/planner/test_data.h"
@@ -402,6 +404,26 @@ TEST_F(ControlPlaneStateTest, TheRefittedModelSurvivesARestart) {
   ASSERT_NE(cp, nullptr);
   EXPECT_EQ(Coefficients(cp->Status()), Coefficients(before));
   EXPECT_EQ(cp->Status().refits(), before.refits());
+}
+
+// The ring's form a refit chose is kept with the coefficients; a state
+// written before the form was learnt has none, and the prior's stands.
+TEST(JobJournalModelTest, TheRingFormARefitChoseIsKept) {
+  const ModelSpec m = *BuiltinModel("llama3-8b");
+  const CostModel prior = CostModel::FromSpecs(ClusterSpec::H200(), m, 32);
+  ASSERT_TRUE(prior.coefficients().ring_overlaps_attention);
+  CostModel::Coefficients c = prior.coefficients();
+  c.ring_overlaps_attention = false;
+  c.ring_byte_intra *= 3;
+  const CostModel refitted(c, m, prior.memory_cap(), prior.gpus_per_node());
+  state::CostModelState stored = ModelState(refitted, /*refits=*/2);
+  EXPECT_FALSE(
+      ModelFromState(stored, prior).coefficients().ring_overlaps_attention);
+  EXPECT_EQ(ModelFromState(stored, prior).coefficients().ring_byte_intra,
+            c.ring_byte_intra);
+  stored.clear_ring_overlaps_attention();
+  EXPECT_TRUE(
+      ModelFromState(stored, prior).coefficients().ring_overlaps_attention);
 }
 
 TEST_F(ControlPlaneStateTest, AnotherJobsStateIsRefusedNamingTheField) {

@@ -50,6 +50,7 @@ state::CostModelState ModelState(const CostModel& model, int64_t refits) {
   out.set_mem_token(c.mem_token);
   out.set_mem_token_recompute(c.mem_token_recompute);
   out.set_mem_token_base(c.mem_token_base);
+  out.set_ring_overlaps_attention(c.ring_overlaps_attention);
   out.set_refits(refits);
   return out;
 }
@@ -84,7 +85,9 @@ CostModel ModelFromState(const state::CostModelState& stored,
   c.mem_token = stored.mem_token();
   c.mem_token_recompute = stored.mem_token_recompute();
   c.mem_token_base = stored.mem_token_base();
-  c.ring_overlaps_attention = like.coefficients().ring_overlaps_attention;
+  c.ring_overlaps_attention = stored.has_ring_overlaps_attention()
+                                  ? stored.ring_overlaps_attention()
+                                  : like.coefficients().ring_overlaps_attention;
   return CostModel(c, like.model(), like.memory_cap(), like.gpus_per_node());
 }
 

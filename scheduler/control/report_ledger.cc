@@ -257,6 +257,9 @@ void ReportLedger::FillStatus(v1::StatusResponse* out) const {
   coefficients["mem_token"] = c.mem_token;
   coefficients["mem_token_recompute"] = c.mem_token_recompute;
   coefficients["mem_token_base"] = c.mem_token_base;
+  // The form, not a coefficient: 1 where the ring's passes overlap
+  // attention (a task waits for the longer), 0 where they add to it.
+  coefficients["ring_overlaps_attention"] = c.ring_overlaps_attention ? 1 : 0;
   out->set_step_error(StepError());
   out->set_sync_error(SyncError());
   out->set_refit_error_before(refit_error_before_);

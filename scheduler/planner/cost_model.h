@@ -93,8 +93,8 @@ class CostModel {
     double mem_token = 0;
     double mem_token_recompute = 0;
     double mem_token_base = 0;
-    /// `ClusterSpec::ring_overlaps_attention`: a property of the hardware,
-    /// not a fitted coefficient (`Fit` keeps it).
+    /// `ClusterSpec::ring_overlaps_attention` at first; `Fit` keeps the
+    /// form that predicts ring tasks better.
     bool ring_overlaps_attention = true;
   };
 
@@ -144,12 +144,12 @@ class CostModel {
   /// Re-estimates the time coefficients from observations: thirteen terms
   /// in which a task's time is linear, lin, lin * gemm_half, attn,
   /// attn * attn_half, the four all-to-all terms, the four ring terms and
-  /// fixed (of attention and the ring, only the one this model predicts to
-  /// be longer is linear in a task's time; the other's features are zero
-  /// for it). So the shapes of the GEMM and attention efficiency curves are
-  /// learned with their scales: a prior from another GPU has other
-  /// half-efficiency token counts. attn * attn_half is fitted only when an
-  /// observation holds a ring (without one it is all but collinear with
+  /// fixed (where the ring's passes overlap attention, only the one of the
+  /// two this model predicts to be longer is linear in a task's time; the
+  /// other's features are zero for it). So the shapes of the GEMM and attention
+  /// efficiency curves are learned with their scales: a prior from another GPU
+  /// has other half-efficiency token counts. attn * attn_half is fitted only
+  /// when an observation holds a ring (without one it is all but collinear with
   /// the linear term) or this model has no attention half (a CPU's sheet).
   /// The memory terms and the gradient sync stay (`FitSync` learns the
   /// latter). With n observations
@@ -168,9 +168,14 @@ class CostModel {
   ///      squares, so that a few stalled tasks pull the fit little. In each
   ///      round a coefficient that would fall below 5% of s * current_j is
   ///      held there and the others re-solved.
-  ///   3. The result only if its `MeanRelativeError` on the observations is
-  ///      below this model's, else this model unchanged: a fit never
-  ///      predicts its own observations worse than its starting point.
+  ///   3. Where an observation holds a ring, 1-2 again in the other form
+  ///      (`Coefficients::ring_overlaps_attention` flipped: passes beside
+  ///      attention or after it), since ring tasks show which the hardware
+  ///      and the trainer do.
+  ///   4. Of this model and the fits, the one whose `MeanRelativeError` on
+  ///      the observations is lowest (this model, then this form, on ties):
+  ///      a fit never predicts its own observations worse than its
+  ///      starting point.
   /// Deterministic. INVALID_ARGUMENT for observations that make no sense or
   /// a `prior_weight` that is not positive and finite.
   absl::StatusOr<CostModel> Fit(absl::Span<const TaskObservation> observations,
@@ -195,6 +200,9 @@ class CostModel {
 
  private:
   double AllToAllVolume(double tokens_per_gpu, int u) const;
+  /// `Fit`'s steps 1-2 in this model's form, without the comparison.
+  CostModel FitInThisForm(absl::Span<const TaskObservation> observations,
+                          double prior_weight) const;
 
   Coefficients c_;
   ModelSpec model_;

@@ -382,6 +382,38 @@ absl::StatusOr<CostModel> CostModel::Fit(
         "prior_weight must be positive and finite");
   }
   RETURN_IF_ERROR(ValidateObservations(observations));
+  // The minimum includes the prior's pull, and the common scale moved the
+  // starting point, so a fit can predict its own observations worse than
+  // this model does; then this model stands.
+  CostModel best = *this;
+  double best_error = MeanRelativeError(observations);
+  const auto consider = [&](const CostModel& candidate) {
+    const double error = candidate.MeanRelativeError(observations);
+    if (error < best_error) {
+      best = candidate;
+      best_error = error;
+    }
+  };
+  consider(FitInThisForm(observations, prior_weight));
+  // Whether a ring's passes overlap its attention is the hardware's (and
+  // the trainer's: a ring that waits for each pass before computing never
+  // overlaps), and ring tasks show it: the other form is fitted too, and
+  // the better of all stands. Without a ring task both forms predict alike.
+  const bool rings = std::any_of(observations.begin(), observations.end(),
+                                 [](const TaskObservation& o) {
+                                   return o.group_size / o.UlyssesDegree() > 1;
+                                 });
+  if (rings) {
+    Coefficients other = c_;
+    other.ring_overlaps_attention = !c_.ring_overlaps_attention;
+    consider(CostModel(other, model_, memory_cap_, gpus_per_node_)
+                 .FitInThisForm(observations, prior_weight));
+  }
+  return best;
+}
+
+CostModel CostModel::FitInThisForm(
+    absl::Span<const TaskObservation> observations, double prior_weight) const {
   const RelativeSystem s =
       BuildRelativeSystem(*this, observations, prior_weight);
   const TimeVector delta = MinimiseRelativeError(s, prior_weight);
@@ -391,15 +423,7 @@ absl::StatusOr<CostModel> CostModel::Fit(
     fitted_values[j] = s.base[j] * (1 + delta[j]);
   }
   SetTimeValues(fitted_values, c);
-  CostModel fitted(c, model_, memory_cap_, gpus_per_node_);
-  // The minimum includes the prior's pull, and the common scale moved the
-  // starting point, so the fit can predict its own observations worse than
-  // this model does; then this model stands.
-  if (fitted.MeanRelativeError(observations) <
-      MeanRelativeError(observations)) {
-    return fitted;
-  }
-  return *this;
+  return CostModel(c, model_, memory_cap_, gpus_per_node_);
 }
 
 absl::StatusOr<CostModel> CostModel::FitSync(
