@@ -1,6 +1,7 @@
 #ifndef DCP_COMMON_MODEL_SPEC_H_
 #define DCP_COMMON_MODEL_SPEC_H_
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,16 @@ struct ClusterSpec {
 
   static ClusterSpec H200() { return ClusterSpec(); }
 };
+
+/// What a task waits for of its attention and its ring's passes: the
+/// longer where the passes overlap attention
+/// (`ClusterSpec::ring_overlaps_attention`), else both. The one definition
+/// of the form for the planner's model and the reference cluster.
+inline double AttentionWithRing(bool ring_overlaps_attention,
+                                double attention_s, double ring_s) {
+  return ring_overlaps_attention ? std::max(attention_s, ring_s)
+                                 : attention_s + ring_s;
+}
 
 }  // namespace dcp
 

@@ -201,9 +201,9 @@ ClusterSpec CpuCluster(const ModelSpec& m, int world,
   c.intra_node_latency_s = c.inter_node_latency_s = gloo.a2a_latency_s;
   // The ranks' cores compute and copy Gloo's messages alike: a ring's passes
   // add to its attention. With them overlapped (a GPU's model) the fit can
-  // never charge a ring for its passes, which on this machine cost a plain
-  // ring of 2 ranks 15-35% more than Ulysses; the fitted model then
-  // predicted rings 10-30% fast, and dcp planned them.
+  // never charge a ring whose attention is the longer for its passes; the
+  // fitted model then predicted plain rings of 2 ranks 10-30% fast, and
+  // dcp planned them (docs/RESULTS.md).
   c.ring_overlaps_attention = false;
   // CostModel::FromSpecs's sync, 2 (W - 1) / W * 2 P / grad_sync_bw, made
   // the measured all-reduce.

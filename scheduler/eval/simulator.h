@@ -1,7 +1,6 @@
 #ifndef DCP_SCHEDULER_EVAL_SIMULATOR_H_
 #define DCP_SCHEDULER_EVAL_SIMULATOR_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -100,12 +99,10 @@ class ReferenceCluster {
   bool UlyssesIntraNode(absl::Span<const int> ranks, int ulysses) const;
 
   const ClusterSpec& cluster() const { return cluster_; }
-  /// What a task waits for of its attention and its ring's passes: the
-  /// longer (COST_MODEL.md), or both where the cluster's passes do not
-  /// overlap attention (`ClusterSpec::ring_overlaps_attention`).
+  /// `dcp::AttentionWithRing` in this cluster's form (COST_MODEL.md).
   double AttentionWithRing(double attention_s, double ring_s) const {
-    return cluster_.ring_overlaps_attention ? std::max(attention_s, ring_s)
-                                            : attention_s + ring_s;
+    return dcp::AttentionWithRing(cluster_.ring_overlaps_attention, attention_s,
+                                  ring_s);
   }
   const ModelSpec& model() const { return model_; }
   int world_size() const { return world_size_; }

@@ -1,7 +1,6 @@
 #ifndef DCP_SCHEDULER_PLANNER_COST_MODEL_H_
 #define DCP_SCHEDULER_PLANNER_COST_MODEL_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +27,8 @@ struct TaskObservation {
   /// The Ulysses degree the task ran with: `ulysses`, or the group size
   /// when it is 0 (as `TaskPlan::UlyssesDegree`).
   int UlyssesDegree() const { return ulysses > 0 ? ulysses : group_size; }
+  /// Whether the task ran a ring of more than one Ulysses group.
+  bool HoldsRing() const { return group_size / UlyssesDegree() > 1; }
 };
 
 /// The shortest task time a profile or a timing report may claim (a
@@ -123,11 +124,9 @@ class CostModel {
   void AttentionAndRing(int p, bool intra_node, double tokens,
                         double attn_units, double recompute, int ulysses,
                         double* attention, double* ring) const;
-  /// What a task waits for of its attention and its ring's passes: the
-  /// longer where the passes overlap attention, else their sum.
+  /// `dcp::AttentionWithRing` in this model's form.
   double AttentionWithRing(double attention, double ring) const {
-    return c_.ring_overlaps_attention ? std::max(attention, ring)
-                                      : attention + ring;
+    return dcp::AttentionWithRing(c_.ring_overlaps_attention, attention, ring);
   }
   /// Predicted memory per GPU for `tokens_per_gpu` tokens on each GPU.
   double MemoryBytes(double tokens_per_gpu, double recompute) const;

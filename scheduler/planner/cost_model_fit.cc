@@ -351,10 +351,9 @@ RelativeSystem BuildRelativeSystem(
     // cannot move a coefficient from zero: it starts from kAttnHalfFloor
     // tokens.
     s.base[kAttnHalf] = s.base[kAttn] * kAttnHalfFloor;
-  } else if (std::none_of(observations.begin(), observations.end(),
-                          [](const TaskObservation& o) {
-                            return o.group_size / o.UlyssesDegree() > 1;
-                          })) {
+  } else if (std::none_of(
+                 observations.begin(), observations.end(),
+                 [](const TaskObservation& o) { return o.HoldsRing(); })) {
     // No ring: the half stays as it is, a part of attention's term.
     for (TimeVector& f : features) {
       f[kAttn] += half * f[kAttnHalf];
@@ -399,10 +398,9 @@ absl::StatusOr<CostModel> CostModel::Fit(
   // the trainer's: a ring that waits for each pass before computing never
   // overlaps), and ring tasks show it: the other form is fitted too, and
   // the better of all stands. Without a ring task both forms predict alike.
-  const bool rings = std::any_of(observations.begin(), observations.end(),
-                                 [](const TaskObservation& o) {
-                                   return o.group_size / o.UlyssesDegree() > 1;
-                                 });
+  const bool rings =
+      std::any_of(observations.begin(), observations.end(),
+                  [](const TaskObservation& o) { return o.HoldsRing(); });
   if (rings) {
     Coefficients other = c_;
     other.ring_overlaps_attention = !c_.ring_overlaps_attention;
