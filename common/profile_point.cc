@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace dcp {
 
 bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
@@ -21,6 +24,39 @@ bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
   }
   return p == *std::max_element(request.group_sizes().begin(),
                                 request.group_sizes().end());
+}
+
+absl::StatusOr<std::vector<ProfileShape>> ProfileShapes(
+    const v1::ProfileRequest& request, int heads) {
+  const int shapes = request.group_sizes_size();
+  if (request.ulysses_size() != 0 && request.ulysses_size() != shapes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile request: ", request.ulysses_size(),
+                     " Ulysses degrees for ", shapes, " group sizes"));
+  }
+  std::vector<ProfileShape> out;
+  out.reserve(shapes);
+  for (int i = 0; i < shapes; ++i) {
+    const int p = request.group_sizes(i);
+    const int u = request.ulysses_size() == 0 ? p : request.ulysses(i);
+    const std::string where =
+        absl::StrCat("profile request, shape ", i, " (group size ", p,
+                     ", Ulysses degree ", u, ")");
+    if (p < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the group size is not positive"));
+    }
+    if (u < 1 || p % u != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the degree does not divide the group size"));
+    }
+    if (heads % u != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the degree does not divide the ", heads, " heads"));
+    }
+    out.push_back({p, u});
+  }
+  return out;
 }
 
 }  // namespace dcp

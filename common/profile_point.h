@@ -2,7 +2,9 @@
 #define DCP_COMMON_PROFILE_POINT_H_
 
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "proto/scheduler_service.pb.h"
 
 namespace dcp {
@@ -22,6 +24,20 @@ bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
 /// group size.
 bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
                           int p, int recompute_index);
+
+/// One group shape of a request: `p` ranks as `u`-way Ulysses inside a ring
+/// of p / u (u = p: plain Ulysses).
+struct ProfileShape {
+  int p = 1;
+  int u = 1;
+};
+
+/// The request's shapes in order: `group_sizes[i]` with `ulysses[i]`, or
+/// u = p for each when the request gives no degrees. An error names the
+/// shape when `ulysses` is neither empty nor one per size, or a size is not
+/// positive, or a degree does not divide both its size and `heads`.
+absl::StatusOr<std::vector<ProfileShape>> ProfileShapes(
+    const v1::ProfileRequest& request, int heads);
 
 }  // namespace dcp
 

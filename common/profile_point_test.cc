@@ -1,6 +1,8 @@
 #include "common/profile_point.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "proto/scheduler_service.pb.h"
@@ -59,6 +61,54 @@ TEST(ProfilePointTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
   v1::ProfileRequest every = request;
   every.set_all_groups_up_to_length(0);
   EXPECT_TRUE(ProfilePointMeasured(every, long_length, 1, 1));
+}
+
+TEST(ProfilePointTest, ShapesArePlainUlyssesWithoutDegrees) {
+  const absl::StatusOr<std::vector<ProfileShape>> shapes =
+      ProfileShapes(Request(), /*heads=*/4);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  ASSERT_EQ(shapes->size(), 3u);
+  for (const ProfileShape& shape : *shapes) EXPECT_EQ(shape.u, shape.p);
+}
+
+TEST(ProfilePointTest, ShapesTakeOneDegreeEachSize) {
+  v1::ProfileRequest request = Request();  // sizes 1, 4, 2
+  for (int u : {1, 2, 1}) request.add_ulysses(u);
+  const absl::StatusOr<std::vector<ProfileShape>> shapes =
+      ProfileShapes(request, /*heads=*/2);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  ASSERT_EQ(shapes->size(), 3u);
+  EXPECT_EQ((*shapes)[1].p, 4);
+  EXPECT_EQ((*shapes)[1].u, 2);
+  EXPECT_EQ((*shapes)[2].p, 2);
+  EXPECT_EQ((*shapes)[2].u, 1);
+}
+
+TEST(ProfilePointTest, BadShapesAreNamed) {
+  v1::ProfileRequest one_short = Request();
+  one_short.add_ulysses(1);
+  EXPECT_NE(ProfileShapes(one_short, 4).status().message().find(
+                "1 Ulysses degrees for 3 group sizes"),
+            std::string::npos);
+  v1::ProfileRequest not_dividing = Request();
+  for (int u : {1, 3, 2}) not_dividing.add_ulysses(u);
+  const absl::Status size = ProfileShapes(not_dividing, 12).status();
+  EXPECT_NE(size.message().find("shape 1 (group size 4, Ulysses degree 3)"),
+            std::string::npos)
+      << size;
+  EXPECT_NE(size.message().find("does not divide the group size"),
+            std::string::npos)
+      << size;
+  v1::ProfileRequest too_many_heads = Request();
+  for (int u : {1, 4, 2}) too_many_heads.add_ulysses(u);
+  const absl::Status heads = ProfileShapes(too_many_heads, 2).status();
+  EXPECT_NE(heads.message().find("does not divide the 2 heads"),
+            std::string::npos)
+      << heads;
+  v1::ProfileRequest zero = Request();
+  zero.set_group_sizes(0, 0);
+  EXPECT_NE(ProfileShapes(zero, 4).status().message().find("not positive"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -141,9 +141,11 @@ TEST(ServeProfileE2eTest, ServingAgentsAnswerTheProfileBeforeStepZero) {
   // The grid: lengths {256, 1024, 4096, 16384, 32768} (the default, to the
   // window; the tiny model fits them all) x recompute {0, 1}; lengths up to
   // kProfileAllGroupsUpToLength (4096) for p in {1, 2, 4} (the divisors of 8
-  // heads and 4 ranks within a 4-GPU node), each group's first rank
-  // reporting: 4 + 2 + 1 groups; the two longer ones on the one group of 4.
-  constexpr int kEntries = 3 * 2 * (4 + 2 + 1) + 2 * 2 * 1;
+  // heads and 4 ranks within a 4-GPU node), p > 1 both as plain Ulysses and
+  // as a ring of two (ProfiledDegrees), each group's first rank reporting:
+  // 4 + 2 x 2 + 1 x 2 groups and shapes; the two longer ones on the two
+  // shapes of the one group of 4.
+  constexpr int kEntries = 3 * 2 * (4 + 2 * 2 + 1 * 2) + 2 * 2 * 2;
   int profiled = 0;
   for (int r = 0; r < kWorld; ++r) {
     const std::string err = ReadFile(serving.agents[r].err_path);

@@ -160,14 +160,12 @@ absl::StatusOr<StepExecution> ModelExecutor::RunStep(const v1::RankStep& step) {
 absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
     const v1::ProfileRequest& request) {
   v1::Profile profile;
-  const int heads = options_.model.heads;
+  ASSIGN_OR_RETURN(const std::vector<ProfileShape> shapes,
+                   ProfileShapes(request, options_.model.heads));
   int64_t sample = 0;
-  for (int p : request.group_sizes()) {
-    const std::string where = absl::StrCat("profile, group size ", p);
-    if (p < 1 || heads % p != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": it does not divide the ", heads, " heads"));
-    }
+  for (const auto [p, u] : shapes) {
+    const std::string where =
+        absl::StrCat("profile, group size ", p, ", Ulysses degree ", u);
     const v1::CommGroup* group = nullptr;
     if (p > 1) {
       group = GroupOf(request, p, options_.rank);
@@ -183,7 +181,7 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
         if (!ProfilePointMeasured(request, length, p, i)) continue;
         const double recompute = request.recompute(i);
         absl::StatusOr<v1::ProfileEntry> entry =
-            ProfilePoint(request, group, length, recompute, sample++);
+            ProfilePoint(request, group, u, length, recompute, sample++);
         if (!entry.ok()) {
           return absl::Status(
               entry.status().code(),
@@ -199,7 +197,7 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
 
 absl::StatusOr<v1::ProfileEntry> ModelExecutor::ProfilePoint(
     const v1::ProfileRequest& request, const v1::CommGroup* group,
-    int64_t length, double recompute, int64_t sample) {
+    int ulysses, int64_t length, double recompute, int64_t sample) {
   // A one-task step, made like a planned one and scaled like one.
   v1::RankStep probe;
   probe.set_epoch(request.epoch());
@@ -211,6 +209,7 @@ absl::StatusOr<v1::ProfileEntry> ModelExecutor::ProfilePoint(
   task.add_samples(sample);
   task.add_lengths(length);
   task.set_recompute(recompute);
+  task.set_ulysses(ulysses);
   if (group != nullptr) {
     task.set_group_id(group->id());
     *task.mutable_ranks() = group->ranks();
@@ -234,6 +233,7 @@ absl::StatusOr<v1::ProfileEntry> ModelExecutor::ProfilePoint(
   entry.set_length(length);
   entry.set_group_size(group == nullptr ? 1 : group->ranks_size());
   entry.set_recompute(recompute);
+  entry.set_ulysses(ulysses);
   entry.set_seconds(std::max(Median(seconds), 1e-9));
   entry.set_memory_bytes(peak);
   return entry;

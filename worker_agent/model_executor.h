@@ -120,14 +120,15 @@ class ModelExecutor {
   /// FAILED_PRECONDITION.
   absl::StatusOr<StepExecution> RunStep(const v1::RankStep& step);
 
-  /// The profile grid on this rank: for each group size of `request` (in
-  /// order), on the request's group of that size holding this rank (alone
-  /// for 1), for each length and then each recompute ratio, one sequence of
-  /// that length (scaled like a task's) forward and backward,
-  /// `repetitions` times; an entry's seconds are the median, its
-  /// memory_bytes the largest rise of resident memory over the runs. Only a
-  /// group's first rank returns entries (every rank for size 1).
-  /// INVALID_ARGUMENT for a size that does not divide the heads or has no
+  /// The profile grid on this rank: for each shape of `request` (in
+  /// order; `ProfileShapes`), on the request's group of its size holding
+  /// this rank (alone for 1), for each length and then each recompute
+  /// ratio, one sequence of that length (scaled like a task's) forward and
+  /// backward as the shape's u-way Ulysses inside a ring, `repetitions`
+  /// times; an entry's seconds are the median, its memory_bytes the largest
+  /// rise of resident memory over the runs. Only a group's first rank
+  /// returns entries (every rank for size 1). INVALID_ARGUMENT for a shape
+  /// whose degree does not divide the heads and its size, or a size with no
   /// group holding this rank.
   absl::StatusOr<v1::Profile> RunProfile(const v1::ProfileRequest& request);
 
@@ -141,7 +142,8 @@ class ModelExecutor {
   // One grid point of the profile: seconds (median) and peak bytes.
   absl::StatusOr<v1::ProfileEntry> ProfilePoint(const v1::ProfileRequest& request,
                                                 const v1::CommGroup* group,
-                                                int64_t length, double recompute,
+                                                int ulysses, int64_t length,
+                                                double recompute,
                                                 int64_t sample);
 
   const ModelExecutorOptions options_;

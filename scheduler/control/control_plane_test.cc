@@ -739,10 +739,14 @@ TEST_F(ControlPlaneTest, ProfileAtStartGatesPlanningUntilEveryRankAnswers) {
     EXPECT_EQ(std::vector<int64_t>(request.lengths().begin(),
                                    request.lengths().end()),
               DefaultProfileLengths(32768));  // to the window
-    // llama3-8b has 32 heads; 8 GPUs a node: every divisor of the world.
+    // llama3-8b has 32 heads; 8 GPUs a node: every divisor of the world,
+    // beyond 1 as plain Ulysses and as a ring of two.
     EXPECT_EQ(std::vector<int>(request.group_sizes().begin(),
                                request.group_sizes().end()),
-              (std::vector<int>{1, 2, 4}));
+              (std::vector<int>{1, 2, 2, 4, 4}));
+    EXPECT_EQ(std::vector<int>(request.ulysses().begin(),
+                               request.ulysses().end()),
+              (std::vector<int>{1, 2, 1, 4, 2}));
     EXPECT_EQ(request.recompute_size(), 2);
     EXPECT_EQ(request.repetitions(), 2);
     ASSERT_EQ(request.groups_size(), 3);  // [0,1], [2,3], [0..3]

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,15 @@ std::shared_ptr<const v1::PlanUpdate> RequestUpdate(
 }
 
 }  // namespace
+
+std::vector<int> ProfiledDegrees(int p, int heads) {
+  const int most = std::gcd(p, heads);
+  if (most < p) return {most};
+  if (p == 1) return {1};
+  int ring = p / 2;  // the largest degree below p: the shortest ring
+  while (p % ring != 0) --ring;
+  return {p, ring};
+}
 
 std::vector<int64_t> DefaultProfileLengths(int64_t window) {
   std::vector<int64_t> out;
@@ -57,11 +67,18 @@ v1::ProfileRequest ProfileStage::MakeRequest(
   }
   request.set_all_groups_up_to_length(options.all_groups_up_to_length);
   const int world = options.world_size;
-  const int largest = std::min(world, options.gpus_per_node);
+  const int node = options.gpus_per_node;
+  std::vector<int> sizes;
+  for (int p = 1; p <= std::min(world, node); ++p) {
+    if (world % p == 0) sizes.push_back(p);
+  }
+  if (2 * node <= world && world % (2 * node) == 0) sizes.push_back(2 * node);
   int group_id = 1;
-  for (int p = 1; p <= largest; ++p) {
-    if (world % p != 0 || options.heads % p != 0) continue;
-    request.add_group_sizes(p);
+  for (int p : sizes) {
+    for (int u : ProfiledDegrees(p, options.heads)) {
+      request.add_group_sizes(p);
+      request.add_ulysses(u);
+    }
     if (p == 1) continue;
     for (int first = 0; first < world; first += p) {
       v1::CommGroup& group = *request.add_groups();

@@ -28,7 +28,7 @@ struct ProfileStageOptions {
   std::string session_id;
   int world_size = 0;
   int gpus_per_node = 8;
-  /// The model's attention heads: a group size must divide them.
+  /// The model's attention heads: a shape's Ulysses degree divides them.
   int heads = 1;
   /// The grid of the ProfileRequest (see `ControlPlaneOptions`);
   /// `CompleteProfileGrid` fills an empty `lengths` for a window.
@@ -43,6 +43,14 @@ struct ProfileStageOptions {
   /// (`ProfilePointMeasured`).
   int64_t all_groups_up_to_length = 0;
 };
+
+/// The Ulysses degrees the start-up profile measures groups of `p` ranks
+/// at, for a model of `heads` heads: where the heads allow plain Ulysses on
+/// the whole group, that and the shortest ring (u the largest divisor of p
+/// below it: p / 2 for even p), so that the fit sees a ring's passes before
+/// the first plan; otherwise the largest degree dividing both, inside a ring
+/// of p / u. One degree, 1, for p = 1.
+std::vector<int> ProfiledDegrees(int p, int heads);
 
 /// The longest length `CompleteProfileGrid` has measured on every group
 /// size; longer ones only on the largest (the former default grid's end).
@@ -81,8 +89,10 @@ class ProfileStage {
   ProfileStage& operator=(const ProfileStage&) = delete;
 
   /// The ProfileRequest of epoch 0: every group size p <= min(world,
-  /// gpus_per_node) dividing both the heads and the world, with the aligned
-  /// groups [k*p, (k+1)*p) of each p > 1, and the per-GPU token cap.
+  /// gpus_per_node) dividing the world, and twice a node where that divides
+  /// the world (so that the inter-node links are measured too), once for
+  /// each of its `ProfiledDegrees`, with the aligned groups [k*p, (k+1)*p)
+  /// of each p > 1, and the per-GPU token cap.
   static v1::ProfileRequest MakeRequest(const ProfileStageOptions& options);
 
   /// The request as the message a plan stream sends (shared, not copied).

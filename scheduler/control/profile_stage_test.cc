@@ -26,9 +26,17 @@ ProfileStageOptions Options(int world) {
   return o;
 }
 
-TEST(ProfileStageTest, TheRequestCoversEveryGroupSizeThatDividesBoth) {
+std::vector<int> Sizes(const v1::ProfileRequest& request) {
+  return {request.group_sizes().begin(), request.group_sizes().end()};
+}
+
+std::vector<int> Degrees(const v1::ProfileRequest& request) {
+  return {request.ulysses().begin(), request.ulysses().end()};
+}
+
+TEST(ProfileStageTest, TheRequestCoversEveryGroupSizeThatDividesTheWorld) {
   ProfileStageOptions o = Options(12);
-  o.heads = 12;  // p <= 8 dividing 12 (world) and 12 (heads): 1 2 3 4 6
+  o.heads = 12;  // p <= 8 dividing 12 (world): 1 2 3 4 6, each dividing heads
   o.lengths = {128, 512};
   o.recompute = {0.5};
   o.repetitions = 3;
@@ -39,10 +47,10 @@ TEST(ProfileStageTest, TheRequestCoversEveryGroupSizeThatDividesBoth) {
       (std::vector<int64_t>{128, 512}));
   EXPECT_EQ(request.recompute_size(), 1);
   EXPECT_EQ(request.repetitions(), 3);
+  // Each p > 1 twice: plain Ulysses, and its shortest ring.
+  EXPECT_EQ(Sizes(request), (std::vector<int>{1, 2, 2, 3, 3, 4, 4, 6, 6}));
+  EXPECT_EQ(Degrees(request), (std::vector<int>{1, 2, 1, 3, 1, 4, 2, 6, 3}));
   const std::vector<int> sizes = {1, 2, 3, 4, 6};
-  EXPECT_EQ(std::vector<int>(request.group_sizes().begin(),
-                             request.group_sizes().end()),
-            sizes);
   // The aligned blocks [k*p, (k+1)*p) of every p > 1, numbered from 1.
   int i = 0;
   for (int p : sizes) {
@@ -121,7 +129,7 @@ TEST(ProfileStageTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
   EXPECT_EQ(request.all_groups_up_to_length(), kProfileAllGroupsUpToLength);
   const int largest = *std::max_element(request.group_sizes().begin(),
                                         request.group_sizes().end());
-  ASSERT_EQ(largest, 8);
+  ASSERT_EQ(largest, 16);  // two nodes of 8
   const int64_t short_length = kProfileAllGroupsUpToLength;
   const int64_t long_length = 4 * kProfileAllGroupsUpToLength;
   for (int p : request.group_sizes()) {
@@ -131,7 +139,7 @@ TEST(ProfileStageTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
         << p;
   }
   // A point that does not fit is not measured on any group.
-  const int64_t too_long = 8 * o.max_tokens_per_gpu[0] + 1;
+  const int64_t too_long = largest * o.max_tokens_per_gpu[0] + 1;
   EXPECT_FALSE(ProfilePointMeasured(request, too_long, largest, 0));
   // Without the field every fitting point is measured.
   v1::ProfileRequest every = request;
@@ -139,14 +147,35 @@ TEST(ProfileStageTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
   EXPECT_TRUE(ProfilePointMeasured(every, long_length, 1, 1));
 }
 
-TEST(ProfileStageTest, TheRequestStaysWithinANode) {
+TEST(ProfileStageTest, FewHeadsAreProfiledInsideRings) {
+  ProfileStageOptions o = Options(16);
+  o.gpus_per_node = 4;
+  o.heads = 2;  // groups of 4 and 8 hold 2-way Ulysses inside a ring
+  const v1::ProfileRequest request = ProfileStage::MakeRequest(o);
+  EXPECT_EQ(Sizes(request), (std::vector<int>{1, 2, 2, 4, 8}));
+  EXPECT_EQ(Degrees(request), (std::vector<int>{1, 2, 1, 2, 2}));
+  EXPECT_EQ(request.groups_size(), 16 / 2 + 16 / 4 + 16 / 8);
+  const absl::StatusOr<std::vector<ProfileShape>> shapes =
+      ProfileShapes(request, o.heads);
+  EXPECT_TRUE(shapes.ok()) << shapes.status();
+}
+
+TEST(ProfileStageTest, TheRequestSpansTwoNodesAtMost) {
   ProfileStageOptions o = Options(32);
   o.gpus_per_node = 4;
   const v1::ProfileRequest request = ProfileStage::MakeRequest(o);
-  EXPECT_EQ(std::vector<int>(request.group_sizes().begin(),
-                             request.group_sizes().end()),
-            (std::vector<int>{1, 2, 4}));
-  EXPECT_EQ(request.groups_size(), 32 / 2 + 32 / 4);
+  // Up to a node of 4, and groups of two nodes: 8.
+  EXPECT_EQ(Sizes(request), (std::vector<int>{1, 2, 2, 4, 4, 8, 8}));
+  EXPECT_EQ(Degrees(request), (std::vector<int>{1, 2, 1, 4, 2, 8, 4}));
+  EXPECT_EQ(request.groups_size(), 32 / 2 + 32 / 4 + 32 / 8);
+  // No group of two nodes where the world is one node, or does not divide.
+  ProfileStageOptions small = o;
+  small.world_size = 4;
+  EXPECT_EQ(Sizes(ProfileStage::MakeRequest(small)),
+            (std::vector<int>{1, 2, 2, 4, 4}));
+  small.world_size = 12;
+  EXPECT_EQ(Sizes(ProfileStage::MakeRequest(small)),
+            (std::vector<int>{1, 2, 2, 3, 4, 4}));  // 3 a ring of 3
   // The message streams send is the same request.
   ProfileStage stage(o);
   EXPECT_EQ(stage.request()->profile().SerializeAsString(),

@@ -56,17 +56,21 @@ v1::ProfileRequest SimulatedRequest(const ReferenceCluster& cluster,
   return ProfileStage::MakeRequest(grid);
 }
 
-// Calls `point(ranks, length, recompute)` for every group of the request
-// and every (length, recompute) the agents measure on it.
+// Calls `point(ranks, ulysses, length, recompute)` for every shape of the
+// request, every group of its size and every (length, recompute) the agents
+// measure on it. The request is `ProfileStage::MakeRequest`'s, which gives
+// every size its degree.
 template <typename Point>
 void ForEachPoint(const v1::ProfileRequest& request, int world_size,
                   Point point) {
-  for (int p : request.group_sizes()) {
+  for (int shape = 0; shape < request.group_sizes_size(); ++shape) {
+    const int p = request.group_sizes(shape);
+    const int u = request.ulysses(shape);
     for (const std::vector<int>& ranks : GroupsOfSize(request, p, world_size)) {
       for (int64_t length : request.lengths()) {
         for (int i = 0; i < request.recompute_size(); ++i) {
           if (ProfilePointMeasured(request, length, p, i)) {
-            point(ranks, length, request.recompute(i));
+            point(ranks, u, length, request.recompute(i));
           }
         }
       }
@@ -84,14 +88,16 @@ std::vector<TaskObservation> SimulateProfile(
   TimingNoise noise(options.noise, options.seed);
   std::vector<TaskObservation> out;
   ForEachPoint(request, cluster.world_size(),
-               [&](const std::vector<int>& ranks, int64_t length, double r) {
+               [&](const std::vector<int>& ranks, int u, int64_t length,
+                   double r) {
                  const std::vector<int64_t> seq = {length};
                  const ReferenceCluster::TaskCost cost =
-                     cluster.Cost(ranks, seq, r);
+                     cluster.Cost(ranks, seq, r, u);
                  for (int rep = 0; rep < request.repetitions(); ++rep) {
                    for (size_t member = 0; member < ranks.size(); ++member) {
                      TaskObservation& o = out.emplace_back();
                      o.group_size = static_cast<int>(ranks.size());
+                     o.ulysses = u;
                      o.intra_node = cluster.IntraNode(ranks);
                      o.recompute = r;
                      o.lengths = seq;
@@ -110,9 +116,10 @@ double SimulatedProfileSeconds(const ReferenceCluster& cluster,
       SimulatedRequest(cluster, planner, options);
   std::vector<double> busy(cluster.world_size(), 0.0);
   ForEachPoint(request, cluster.world_size(),
-               [&](const std::vector<int>& ranks, int64_t length, double r) {
+               [&](const std::vector<int>& ranks, int u, int64_t length,
+                   double r) {
                  const std::vector<int64_t> seq = {length};
-                 const double s = cluster.Cost(ranks, seq, r).total_s;
+                 const double s = cluster.Cost(ranks, seq, r, u).total_s;
                  for (int rank : ranks) busy[rank] += s * request.repetitions();
                });
   return *std::max_element(busy.begin(), busy.end());

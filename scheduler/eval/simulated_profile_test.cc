@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
@@ -27,29 +29,34 @@ SimulatedProfileOptions Window(int64_t window) {
   return o;
 }
 
+// The shapes (group size, Ulysses degree) a model of many heads is profiled
+// in on 8-GPU nodes: sizes up to a node and twice a node, each as plain
+// Ulysses and as a ring of two.
+const std::set<std::pair<int, int>> kShapes = {
+    {1, 1}, {2, 2}, {2, 1}, {4, 4}, {4, 2}, {8, 8}, {8, 4}, {16, 16}, {16, 8}};
+
 TEST(SimulatedProfileTest, NoiselessProfileIsTheReferenceOverTheAgentsGrid) {
   const ReferenceCluster cluster = Llama8b(32);
   const std::vector<TaskObservation> rows =
       SimulateProfile(cluster, Planner(cluster), Window(4096));
-  // Group sizes dividing 32 heads and 32 ranks, up to a node of 8; every
-  // rank reports each of 3 lengths (256, 1024, 4096: the default grid to a
+  // Every rank is in one group of each shape (32 heads, 32 ranks), and
+  // reports each of 3 lengths (256, 1024, 4096: the default grid to a
   // window of 4096, all fitting one GPU) x 2 recompute ratios x 2
   // repetitions.
-  const std::set<int> sizes = {1, 2, 4, 8};
-  ASSERT_EQ(rows.size(), sizes.size() * 32 * 3 * 2 * 2);
-  std::set<int> seen;
+  ASSERT_EQ(rows.size(), kShapes.size() * 32 * 3 * 2 * 2);
+  std::set<std::pair<int, int>> seen;
   for (const TaskObservation& o : rows) {
-    seen.insert(o.group_size);
+    seen.insert({o.group_size, o.UlyssesDegree()});
     ASSERT_EQ(o.lengths.size(), 1u);
-    EXPECT_TRUE(o.intra_node);
+    EXPECT_EQ(o.intra_node, o.group_size <= 8);
     std::vector<int> ranks(o.group_size);
     for (int r = 0; r < o.group_size; ++r) ranks[r] = r;
     const ReferenceCluster::TaskCost cost =
-        cluster.Cost(ranks, o.lengths, o.recompute);
+        cluster.Cost(ranks, o.lengths, o.recompute, o.ulysses);
     EXPECT_EQ(o.seconds, cost.total_s);
     EXPECT_EQ(o.memory_bytes, cost.memory_bytes);
   }
-  EXPECT_EQ(seen, sizes);
+  EXPECT_EQ(seen, kShapes);
 }
 
 TEST(SimulatedProfileTest, NoiseIsLogNormalWithTheGivenSpread) {
@@ -88,7 +95,7 @@ TEST(SimulatedProfileTest, NoiseIsLogNormalWithTheGivenSpread) {
 
 TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
   // llama3-70b on 64 GPUs: at r = 1 a GPU holds fewer than 524288 / 4
-  // tokens, so the window is measured on groups of 8 only.
+  // tokens, and the window is measured on the largest groups (16) only.
   const ReferenceCluster cluster(ClusterSpec::H200(),
                                  *BuiltinModel("llama3-70b"), 64);
   const CostModel planner = Planner(cluster);
@@ -108,19 +115,19 @@ TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
     EXPECT_LE(o.memory_bytes, cluster.cluster().MemoryCap());
     if (o.lengths[0] == 524288) window_sizes.insert(o.group_size);
   }
-  EXPECT_EQ(window_sizes, std::set<int>{8});
-  // The cost: rank 0 runs one group of each size, every point it fits
-  // twice (two repetitions), one after another; lengths above
-  // kProfileAllGroupsUpToLength on the group of 8 only.
-  for (int p : {1, 2, 4, 8}) {
+  EXPECT_EQ(window_sizes, std::set<int>{16});
+  // The cost: rank 0 runs one group of each shape (64 heads: the same ones
+  // as for 8b), every point it fits twice (two repetitions), one after
+  // another; lengths above kProfileAllGroupsUpToLength on groups of 16 only.
+  for (const auto [p, u] : kShapes) {
     std::vector<int> ranks(p);
     for (int r = 0; r < p; ++r) ranks[r] = r;
     for (int64_t length : {256, 1024, 4096, 16384, 65536, 262144, 524288}) {
-      if (length > kProfileAllGroupsUpToLength && p != 8) continue;
+      if (length > kProfileAllGroupsUpToLength && p != 16) continue;
       for (double r : {0.0, 1.0}) {
         if (length > cap[r == 1.0] * p) continue;
         const std::vector<int64_t> seq = {length};
-        per_rank += 2 * cluster.Cost(ranks, seq, r).total_s;
+        per_rank += 2 * cluster.Cost(ranks, seq, r, u).total_s;
       }
     }
   }

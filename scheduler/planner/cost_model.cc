@@ -146,21 +146,22 @@ double CostModel::MeanRelativeError(
 absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
     absl::string_view text, absl::string_view source_name) {
   std::vector<TaskObservation> out;
-  bool header_seen = false;
+  size_t fields = 0;  // 0 until the header
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripTrailingAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    if (!header_seen) {
-      if (line !=
-          "length,group_size,recompute,intra_node,seconds,memory_bytes") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source_name, ":", line_no,
-            ": expected the header "
-            "'length,group_size,recompute,intra_node,seconds,memory_bytes'"));
+    if (fields == 0) {
+      if (line == kProfileHeader) {
+        fields = 7;
+      } else if (line == kProfileHeader.substr(0, kProfileHeader.rfind(','))) {
+        fields = 6;  // no ulysses column: every group plain Ulysses
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source_name, ":", line_no, ": expected the header '",
+                         kProfileHeader, "' (its last column optional)"));
       }
-      header_seen = true;
       continue;
     }
     std::vector<absl::string_view> f = absl::StrSplit(line, ',');
@@ -168,8 +169,8 @@ absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
       return absl::InvalidArgumentError(
           absl::StrCat(source_name, ":", line_no, ": ", what));
     };
-    if (f.size() != 6) {
-      return bad(absl::StrCat("expected 6 fields, got ", f.size()));
+    if (f.size() != fields) {
+      return bad(absl::StrCat("expected ", fields, " fields, got ", f.size()));
     }
     TaskObservation o;
     int64_t length = 0;
@@ -199,11 +200,18 @@ absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
       return bad(absl::StrCat(
           "memory_bytes must be finite and non-negative, got '", f[5], "'"));
     }
+    if (fields == 7 &&
+        (!absl::SimpleAtoi(f[6], &o.ulysses) || o.ulysses < 0 ||
+         (o.ulysses > 0 && o.group_size % o.ulysses != 0))) {
+      return bad(absl::StrCat(
+          "ulysses must be 0 or a divisor of group_size ", o.group_size,
+          ", got '", f[6], "'"));
+    }
     o.intra_node = intra == 1;
     o.lengths = {length};
     out.push_back(std::move(o));
   }
-  if (!header_seen) {
+  if (fields == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ": empty profile table"));
   }
@@ -223,15 +231,15 @@ absl::StatusOr<std::vector<TaskObservation>> LoadProfileTable(
 }
 
 std::string FormatProfileTable(absl::Span<const TaskObservation> observations) {
-  std::string out =
-      "length,group_size,recompute,intra_node,seconds,memory_bytes\n";
+  std::string out = absl::StrCat(kProfileHeader, "\n");
   for (const TaskObservation& o : observations) {
     int64_t length = 0;
     for (int64_t s : o.lengths) length += s;
     absl::StrAppend(&out, length, ",", o.group_size, ",", o.recompute, ",",
                     o.intra_node ? 1 : 0, ",",
                     absl::StrFormat("%.9g", o.seconds), ",",
-                    absl::StrFormat("%.0f", o.memory_bytes), "\n");
+                    absl::StrFormat("%.0f", o.memory_bytes), ",", o.ulysses,
+                    "\n");
   }
   return out;
 }

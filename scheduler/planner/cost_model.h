@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 
@@ -166,7 +167,12 @@ class CostModel {
   ///      lowers the objective; the best round kept). Absolute values, not
   ///      squares, so that a few stalled tasks pull the fit little. In each
   ///      round a coefficient that would fall below 5% of s * current_j is
-  ///      held there and the others re-solved.
+  ///      held there and the others re-solved. Then a link's all-to-all
+  ///      or ring term that no observation exercises takes the delta of
+  ///      the same link's other collective, byte with byte and fixed with
+  ///      fixed, where that one is exercised (a profile whose rings cross
+  ///      nodes but whose Ulysses groups do not still teaches the
+  ///      inter-node all-to-all).
   ///   3. Where an observation holds a ring, 1-2 again in the other form
   ///      (`Coefficients::ring_overlaps_attention` flipped: passes beside
   ///      attention or after it), since ring tasks show which the hardware
@@ -209,11 +215,16 @@ class CostModel {
   int gpus_per_node_;
 };
 
-/// Parses a profile table: CSV with the header
-/// `length,group_size,recompute,intra_node,seconds,memory_bytes` (one task of
+/// The header of a profile table. A table without its last column, the
+/// Ulysses degree (0: the whole group, no ring), is read as all plain
+/// Ulysses.
+inline constexpr absl::string_view kProfileHeader =
+    "length,group_size,recompute,intra_node,seconds,memory_bytes,ulysses";
+
+/// Parses a profile table: CSV with the header `kProfileHeader` (one task of
 /// one sequence per row; `#` starts a comment line). Seconds must be finite
-/// and at least `kMinTaskSeconds`, memory finite and non-negative. Errors
-/// name the line.
+/// and at least `kMinTaskSeconds`, memory finite and non-negative, ulysses 0
+/// or a divisor of the group size. Errors name the line.
 absl::StatusOr<std::vector<TaskObservation>> ParseProfileTable(
     absl::string_view text, absl::string_view source_name);
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -372,6 +373,29 @@ RelativeSystem BuildRelativeSystem(
   return s;
 }
 
+// The all-to-all and ring terms of one link (intra- or inter-node), byte
+// with byte and fixed with fixed: (all-to-all, ring) indices of TimeVector.
+constexpr std::array<std::pair<int, int>, 4> kLinkTerms = {
+    {{3, 7}, {4, 8}, {5, 9}, {6, 10}}};
+
+// A term no observation exercises (its column all zero, in this form) moves
+// by the factor its link's other collective moved, when that one is
+// exercised: both cross the same wires, and a data sheet prices both from
+// one bandwidth and latency. Otherwise, say, a profile whose rings span
+// nodes but whose Ulysses groups stay inside one would leave the inter-node
+// all-to-all at the prior's guess while learning the ring's.
+void FollowTheLink(const RelativeSystem& s, TimeVector& delta) {
+  const auto exercised = [&](int j) {
+    return std::any_of(s.a.begin(), s.a.end(),
+                       [j](const TimeVector& row) { return row[j] != 0; });
+  };
+  for (const auto [a2a, ring] : kLinkTerms) {
+    const bool a2a_seen = exercised(a2a), ring_seen = exercised(ring);
+    if (!a2a_seen && ring_seen) delta[a2a] = delta[ring];
+    if (a2a_seen && !ring_seen) delta[ring] = delta[a2a];
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CostModel> CostModel::Fit(
@@ -414,7 +438,8 @@ CostModel CostModel::FitInThisForm(
     absl::Span<const TaskObservation> observations, double prior_weight) const {
   const RelativeSystem s =
       BuildRelativeSystem(*this, observations, prior_weight);
-  const TimeVector delta = MinimiseRelativeError(s, prior_weight);
+  TimeVector delta = MinimiseRelativeError(s, prior_weight);
+  FollowTheLink(s, delta);
   Coefficients c = c_;
   TimeVector fitted_values;
   for (int j = 0; j < kNumTimeCoefficients; ++j) {

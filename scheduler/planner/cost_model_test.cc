@@ -4,8 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "scheduler/eval/simulator.h"
 
@@ -249,6 +251,62 @@ TEST(CostModelTest, FitChargesRingPassesThatDoNotOverlap) {
   EXPECT_GT(sheet.MeanRelativeError(t.test_rings), 0.05);
   EXPECT_LT(fitted->MeanRelativeError(t.test_rings), 0.01);
   EXPECT_LT(fitted->MeanRelativeError(t.test), 0.01);
+}
+
+TEST(CostModelTest, AnUnseenCollectiveFollowsItsLink) {
+  // Inter-node links three times slower than the sheet says, seen only by
+  // rings that span nodes (Ulysses groups of 8 inside a node of 8, a ring of
+  // two across): the inter-node all-to-all, which no task runs, moves by
+  // the factor the ring's terms moved; without such rings it keeps the
+  // common scale alone.
+  ModelSpec m = *BuiltinModel("llama3-8b");
+  ClusterSpec host = ClusterSpec::H200();
+  host.ring_overlaps_attention = false;  // every pass counts
+  const CostModel sheet = CostModel::FromSpecs(host, m, 32);
+  CostModel::Coefficients c = sheet.coefficients();
+  for (double* term : {&c.a2a_byte_inter, &c.a2a_fixed_inter,
+                       &c.ring_byte_inter, &c.ring_fixed_inter}) {
+    *term *= 3.0;
+  }
+  const CostModel truth(c, m, sheet.memory_cap(), 8);
+  std::vector<TaskObservation> obs;
+  for (int64_t length : {2048, 16384, 65536, 131072}) {
+    for (double r : {0.0, 1.0}) {
+      for (const auto [p, u] : std::vector<std::pair<int, int>>{
+               {1, 1}, {8, 8}, {8, 4}, {16, 8}}) {
+        TaskObservation& o = obs.emplace_back();
+        o.group_size = p;
+        o.ulysses = u;
+        o.intra_node = p <= 8;
+        o.lengths = {length};
+        o.recompute = r;
+        o.seconds = truth.TaskSeconds(p, o.intra_node, o.lengths, r, u);
+      }
+    }
+  }
+  absl::StatusOr<CostModel> fitted = sheet.Fit(obs, /*prior_weight=*/1e-3);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  const CostModel::Coefficients& f = fitted->coefficients();
+  const CostModel::Coefficients& s = sheet.coefficients();
+  const double ring_byte = f.ring_byte_inter / s.ring_byte_inter;
+  const double ring_fixed = f.ring_fixed_inter / s.ring_fixed_inter;
+  EXPECT_GT(ring_byte, 2.0);  // learnt from the rings
+  EXPECT_NEAR(f.a2a_byte_inter / s.a2a_byte_inter, ring_byte,
+              1e-9 * ring_byte);
+  EXPECT_NEAR(f.a2a_fixed_inter / s.a2a_fixed_inter, ring_fixed,
+              1e-9 * ring_fixed);
+  // Without the rings across nodes nothing says how the inter-node links
+  // differ from the sheet: both kinds keep one factor, the common scale's.
+  std::vector<TaskObservation> inside;
+  for (const TaskObservation& o : obs) {
+    if (o.intra_node) inside.push_back(o);
+  }
+  absl::StatusOr<CostModel> local = sheet.Fit(inside, /*prior_weight=*/1e-3);
+  ASSERT_TRUE(local.ok()) << local.status();
+  const CostModel::Coefficients& l = local->coefficients();
+  EXPECT_NEAR(l.a2a_byte_inter / s.a2a_byte_inter,
+              l.ring_byte_inter / s.ring_byte_inter, 1e-9);
+  EXPECT_LT(l.ring_byte_inter / s.ring_byte_inter, 1.5);
 }
 
 TEST(CostModelTest, FitLearnsWhetherRingPassesOverlapFromRingTasks) {
@@ -571,6 +629,35 @@ TEST(ProfileTableTest, RoundTripsAndFits) {
   ASSERT_TRUE(fitted.ok());
   EXPECT_LT(fitted->MeanRelativeError(*parsed), 0.01);
   EXPECT_GT(sheet.MeanRelativeError(*parsed), 0.08);
+}
+
+TEST(ProfileTableTest, KeepsTheUlyssesDegreeAndReadsTablesWithout) {
+  TaskObservation ring;
+  ring.group_size = 4;
+  ring.ulysses = 2;
+  ring.lengths = {8192};
+  ring.seconds = 0.25;
+  const absl::StatusOr<std::vector<TaskObservation>> parsed =
+      ParseProfileTable(FormatProfileTable({ring}), "ring.csv");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 1u);
+  EXPECT_EQ((*parsed)[0].ulysses, 2);
+  EXPECT_TRUE((*parsed)[0].HoldsRing());
+  // Without the last column every row is plain Ulysses.
+  const absl::StatusOr<std::vector<TaskObservation>> plain = ParseProfileTable(
+      "length,group_size,recompute,intra_node,seconds,memory_bytes\n"
+      "8192,4,0,1,0.25,0\n",
+      "plain.csv");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)[0].ulysses, 0);
+  EXPECT_FALSE((*plain)[0].HoldsRing());
+  // A degree that does not divide the group is named with its line.
+  const absl::Status bad =
+      ParseProfileTable(absl::StrCat(kProfileHeader, "\n8192,4,0,1,0.25,0,3\n"),
+                        "bad.csv")
+          .status();
+  EXPECT_NE(bad.message().find("bad.csv:2"), std::string::npos) << bad;
+  EXPECT_NE(bad.message().find("ulysses"), std::string::npos) << bad;
 }
 
 TEST(ProfileTableTest, ErrorsNameTheLine) {
