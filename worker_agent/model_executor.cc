@@ -163,7 +163,7 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
   ASSIGN_OR_RETURN(const std::vector<ProfileShape> shapes,
                    ProfileShapes(request, options_.model.heads));
   int64_t sample = 0;
-  for (const auto [p, u] : shapes) {
+  for (const auto& [p, u] : shapes) {
     const std::string where =
         absl::StrCat("profile, group size ", p, ", Ulysses degree ", u);
     const v1::CommGroup* group = nullptr;

@@ -119,7 +119,7 @@ TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
   // The cost: rank 0 runs one group of each shape (64 heads: the same ones
   // as for 8b), every point it fits twice (two repetitions), one after
   // another; lengths above kProfileAllGroupsUpToLength on groups of 16 only.
-  for (const auto [p, u] : kShapes) {
+  for (const auto& [p, u] : kShapes) {
     std::vector<int> ranks(p);
     for (int r = 0; r < p; ++r) ranks[r] = r;
     for (int64_t length : {256, 1024, 4096, 16384, 65536, 262144, 524288}) {

@@ -389,7 +389,7 @@ void FollowTheLink(const RelativeSystem& s, TimeVector& delta) {
     return std::any_of(s.a.begin(), s.a.end(),
                        [j](const TimeVector& row) { return row[j] != 0; });
   };
-  for (const auto [a2a, ring] : kLinkTerms) {
+  for (const auto& [a2a, ring] : kLinkTerms) {
     const bool a2a_seen = exercised(a2a), ring_seen = exercised(ring);
     if (!a2a_seen && ring_seen) delta[a2a] = delta[ring];
     if (a2a_seen && !ring_seen) delta[ring] = delta[a2a];

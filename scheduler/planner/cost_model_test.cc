@@ -272,7 +272,7 @@ TEST(CostModelTest, AnUnseenCollectiveFollowsItsLink) {
   std::vector<TaskObservation> obs;
   for (int64_t length : {2048, 16384, 65536, 131072}) {
     for (double r : {0.0, 1.0}) {
-      for (const auto [p, u] : std::vector<std::pair<int, int>>{
+      for (const auto& [p, u] : std::vector<std::pair<int, int>>{
                {1, 1}, {8, 8}, {8, 4}, {16, 8}}) {
         TaskObservation& o = obs.emplace_back();
         o.group_size = p;

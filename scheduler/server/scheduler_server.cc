@@ -181,8 +181,10 @@ absl::Status SchedulerServer::StartHealth() {
     // returns at once.
     control_plane_->AwaitPlanned(std::numeric_limits<int64_t>::max(),
                                  absl::InfiniteDuration());
-    health->SetServingStatus("", false);
+    // The service first: whoever sees the server ("") not serving then
+    // finds the service not serving either.
     health->SetServingStatus(kSchedulerHealthService, false);
+    health->SetServingStatus("", false);
   });
   return absl::OkStatus();
 }
