@@ -16,14 +16,14 @@ bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
 }
 
 bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
-                          int p, int recompute_index) {
+                          int shape, int recompute_index) {
+  const int p = request.group_sizes(shape);
   if (!ProfilePointFits(request, length, p, recompute_index)) return false;
   const int64_t up_to = request.all_groups_up_to_length();
-  if (up_to <= 0 || length <= up_to || request.group_sizes_size() == 0) {
-    return true;
-  }
-  return p == *std::max_element(request.group_sizes().begin(),
-                                request.group_sizes().end());
+  if (up_to <= 0 || length <= up_to) return true;
+  const auto largest = std::max_element(request.group_sizes().begin(),
+                                        request.group_sizes().end());
+  return shape == largest - request.group_sizes().begin();
 }
 
 absl::StatusOr<std::vector<ProfileShape>> ProfileShapes(

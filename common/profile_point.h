@@ -19,11 +19,12 @@ namespace dcp {
 bool ProfilePointFits(const v1::ProfileRequest& request, int64_t length, int p,
                       int recompute_index);
 
-/// Whether the point is measured: it fits, and its length is at most
-/// `all_groups_up_to_length` (when set) or `p` is the request's largest
-/// group size.
+/// Whether the point (`length`, the request's shape `shape`: its
+/// `group_sizes[shape]`, recompute ratio `recompute_index`) is measured: it
+/// fits, and its length is at most `all_groups_up_to_length` (when set) or
+/// the shape is the first of the request's largest group size.
 bool ProfilePointMeasured(const v1::ProfileRequest& request, int64_t length,
-                          int p, int recompute_index);
+                          int shape, int recompute_index);
 
 /// One group shape of a request: `p` ranks as `u`-way Ulysses inside a ring
 /// of p / u (u = p: plain Ulysses).

@@ -48,19 +48,32 @@ TEST(ProfilePointTest, WithoutACapForEachRatioEveryPointFits) {
 }
 
 TEST(ProfilePointTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
-  const v1::ProfileRequest request = Request();
+  const v1::ProfileRequest request = Request();  // sizes 1, 4, 2
   const int64_t long_length = kAllGroupsUpTo + 1;
-  for (int p : {1, 2, 4}) {
+  for (int shape = 0; shape < 3; ++shape) {
+    const int p = request.group_sizes(shape);
     // Full recompute: every group of the request holds both lengths.
     ASSERT_TRUE(ProfilePointFits(request, long_length, p, 1)) << p;
-    EXPECT_TRUE(ProfilePointMeasured(request, kAllGroupsUpTo, p, 1)) << p;
-    EXPECT_EQ(ProfilePointMeasured(request, long_length, p, 1), p == 4) << p;
+    EXPECT_TRUE(ProfilePointMeasured(request, kAllGroupsUpTo, shape, 1)) << p;
+    EXPECT_EQ(ProfilePointMeasured(request, long_length, shape, 1), p == 4)
+        << p;
   }
   // Not on the largest group either when it does not fit there.
-  EXPECT_FALSE(ProfilePointMeasured(request, kCapAtNoRecompute * 4 + 1, 4, 0));
+  EXPECT_FALSE(
+      ProfilePointMeasured(request, kCapAtNoRecompute * 4 + 1, 1, 0));
   v1::ProfileRequest every = request;
   every.set_all_groups_up_to_length(0);
-  EXPECT_TRUE(ProfilePointMeasured(every, long_length, 1, 1));
+  EXPECT_TRUE(ProfilePointMeasured(every, long_length, 0, 1));
+}
+
+TEST(ProfilePointTest, LongLengthsTakeTheLargestSizesFirstShapeOnly) {
+  v1::ProfileRequest request = Request();  // sizes 1, 4, 2, then 4 again
+  request.add_group_sizes(4);
+  for (int u : {1, 4, 2, 2}) request.add_ulysses(u);
+  const int64_t long_length = kAllGroupsUpTo + 1;
+  EXPECT_TRUE(ProfilePointMeasured(request, long_length, 1, 1));
+  EXPECT_FALSE(ProfilePointMeasured(request, long_length, 3, 1));
+  EXPECT_TRUE(ProfilePointMeasured(request, kAllGroupsUpTo, 3, 1));
 }
 
 TEST(ProfilePointTest, ShapesArePlainUlyssesWithoutDegrees) {

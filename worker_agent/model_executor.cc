@@ -163,7 +163,8 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
   ASSIGN_OR_RETURN(const std::vector<ProfileShape> shapes,
                    ProfileShapes(request, options_.model.heads));
   int64_t sample = 0;
-  for (const auto& [p, u] : shapes) {
+  for (int shape = 0; shape < static_cast<int>(shapes.size()); ++shape) {
+    const auto [p, u] = shapes[shape];
     const std::string where =
         absl::StrCat("profile, group size ", p, ", Ulysses degree ", u);
     const v1::CommGroup* group = nullptr;
@@ -178,7 +179,7 @@ absl::StatusOr<v1::Profile> ModelExecutor::RunProfile(
     for (int64_t length : request.lengths()) {
       for (int i = 0; i < request.recompute_size(); ++i) {
         // The scheduler expects the points of the same rule, no others.
-        if (!ProfilePointMeasured(request, length, p, i)) continue;
+        if (!ProfilePointMeasured(request, length, shape, i)) continue;
         const double recompute = request.recompute(i);
         absl::StatusOr<v1::ProfileEntry> entry =
             ProfilePoint(request, group, u, length, recompute, sample++);

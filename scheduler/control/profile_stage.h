@@ -40,7 +40,7 @@ struct ProfileStageOptions {
   /// per GPU are at most max_tokens_per_gpu[i] (`ProfilePointFits`).
   std::vector<int64_t> max_tokens_per_gpu;
   /// When > 0, a length above it is measured only on the largest group size
-  /// (`ProfilePointMeasured`).
+  /// in its first shape (`ProfilePointMeasured`).
   int64_t all_groups_up_to_length = 0;
 };
 

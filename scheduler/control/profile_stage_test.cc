@@ -115,8 +115,8 @@ TEST(ProfileStageTest, TheDefaultGridAsksOnlyForPointsThatFit) {
   EXPECT_TRUE(ProfilePointFits(uncapped, int64_t{1} << 40, 1, 0));
 }
 
-// Up to kProfileAllGroupsUpToLength every group size that holds a length
-// measures it; longer lengths only the largest group size.
+// Up to kProfileAllGroupsUpToLength every shape that holds a length
+// measures it; longer lengths only the largest group size, as plain Ulysses.
 TEST(ProfileStageTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
   const ModelSpec model = *BuiltinModel("llama3-8b");
   const CostModel cost = CostModel::FromSpecs(ClusterSpec::H200(), model, 16);
@@ -132,15 +132,25 @@ TEST(ProfileStageTest, LongLengthsAreMeasuredOnlyOnTheLargestGroup) {
   ASSERT_EQ(largest, 16);  // two nodes of 8
   const int64_t short_length = kProfileAllGroupsUpToLength;
   const int64_t long_length = 4 * kProfileAllGroupsUpToLength;
-  for (int p : request.group_sizes()) {
+  int long_shapes = 0;
+  for (int shape = 0; shape < request.group_sizes_size(); ++shape) {
+    const int p = request.group_sizes(shape);
     ASSERT_TRUE(ProfilePointFits(request, long_length, p, 1)) << p;
-    EXPECT_TRUE(ProfilePointMeasured(request, short_length, p, 1)) << p;
-    EXPECT_EQ(ProfilePointMeasured(request, long_length, p, 1), p == largest)
-        << p;
+    EXPECT_TRUE(ProfilePointMeasured(request, short_length, shape, 1)) << p;
+    if (ProfilePointMeasured(request, long_length, shape, 1)) {
+      ++long_shapes;
+      EXPECT_EQ(p, largest);
+      EXPECT_EQ(request.ulysses(shape), largest);
+    }
   }
+  EXPECT_EQ(long_shapes, 1);
+  const int first_largest = static_cast<int>(
+      std::find(request.group_sizes().begin(), request.group_sizes().end(),
+                largest) -
+      request.group_sizes().begin());
   // A point that does not fit is not measured on any group.
   const int64_t too_long = largest * o.max_tokens_per_gpu[0] + 1;
-  EXPECT_FALSE(ProfilePointMeasured(request, too_long, largest, 0));
+  EXPECT_FALSE(ProfilePointMeasured(request, too_long, first_largest, 0));
   // Without the field every fitting point is measured.
   v1::ProfileRequest every = request;
   every.set_all_groups_up_to_length(0);

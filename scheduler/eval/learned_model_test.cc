@@ -152,10 +152,10 @@ TEST(LearnedModelTest, ReportsEveryModelAndTheOnlineRefit) {
   // 16 ranks x 2 ratios x 2 reps x the points: by default lengths 256,
   // 1024 and 4096 on the 9 shapes (group sizes 1, 2, 4, 8 and 16, beyond 1
   // both as plain Ulysses and as a ring of two) and 16384 and 32768 (above
-  // kProfileAllGroupsUpToLength) on the 2 shapes of groups of 16 only,
+  // kProfileAllGroupsUpToLength) on groups of 16 as plain Ulysses only,
   // where they fit; else 256, 1024 and 4096 on all 9.
   ASSERT_EQ(kProfileAllGroupsUpToLength, 4096);
-  EXPECT_EQ(r->profile_rows, 16 * 2 * 2 * (3 * 9 + 2 * 2));
+  EXPECT_EQ(r->profile_rows, 16 * 2 * 2 * (3 * 9 + 2 * 1));
   EXPECT_EQ(r->profile_short_rows, 9 * 16 * 3 * 2 * 2);
   // The same points and more: the longer grid costs more.
   EXPECT_GT(r->profile_seconds, r->profile_short_seconds);

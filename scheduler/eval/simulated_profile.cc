@@ -69,7 +69,7 @@ void ForEachPoint(const v1::ProfileRequest& request, int world_size,
     for (const std::vector<int>& ranks : GroupsOfSize(request, p, world_size)) {
       for (int64_t length : request.lengths()) {
         for (int i = 0; i < request.recompute_size(); ++i) {
-          if (ProfilePointMeasured(request, length, p, i)) {
+          if (ProfilePointMeasured(request, length, shape, i)) {
             point(ranks, u, length, request.recompute(i));
           }
         }

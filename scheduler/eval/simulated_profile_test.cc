@@ -95,7 +95,8 @@ TEST(SimulatedProfileTest, NoiseIsLogNormalWithTheGivenSpread) {
 
 TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
   // llama3-70b on 64 GPUs: at r = 1 a GPU holds fewer than 524288 / 4
-  // tokens, and the window is measured on the largest groups (16) only.
+  // tokens, and the window is measured on the largest groups (16) only, as
+  // plain Ulysses.
   const ReferenceCluster cluster(ClusterSpec::H200(),
                                  *BuiltinModel("llama3-70b"), 64);
   const CostModel planner = Planner(cluster);
@@ -113,17 +114,21 @@ TEST(SimulatedProfileTest, LongLengthsAreMeasuredOnlyOnGroupsThatHoldThem) {
     EXPECT_LE(tokens_per_gpu, cap[o.recompute == 1.0])
         << o.lengths[0] << " on " << o.group_size << " at r " << o.recompute;
     EXPECT_LE(o.memory_bytes, cluster.cluster().MemoryCap());
-    if (o.lengths[0] == 524288) window_sizes.insert(o.group_size);
+    if (o.lengths[0] == 524288) {
+      window_sizes.insert(o.group_size);
+      EXPECT_EQ(o.UlyssesDegree(), o.group_size);
+    }
   }
   EXPECT_EQ(window_sizes, std::set<int>{16});
   // The cost: rank 0 runs one group of each shape (64 heads: the same ones
   // as for 8b), every point it fits twice (two repetitions), one after
-  // another; lengths above kProfileAllGroupsUpToLength on groups of 16 only.
+  // another; lengths above kProfileAllGroupsUpToLength on groups of 16 as
+  // plain Ulysses only.
   for (const auto& [p, u] : kShapes) {
     std::vector<int> ranks(p);
     for (int r = 0; r < p; ++r) ranks[r] = r;
     for (int64_t length : {256, 1024, 4096, 16384, 65536, 262144, 524288}) {
-      if (length > kProfileAllGroupsUpToLength && p != 16) continue;
+      if (length > kProfileAllGroupsUpToLength && u != 16) continue;
       for (double r : {0.0, 1.0}) {
         if (length > cap[r == 1.0] * p) continue;
         const std::vector<int64_t> seq = {length};
