@@ -100,9 +100,24 @@ def train_plain(args, model, optimizer, corpus, on_step):
         optimizer.zero_grad()
 
 
+def rehearser(model, corpus):
+    """dcp.Client's ``profile``: one forward and backward of a profile
+    point's one-task step, as the loop runs a task, its gradients dropped
+    (there are none yet: the profile comes before step 0)."""
+    def rehearse(step):
+        task = step.tasks[0]
+        inputs, targets, cu_seqlens = pack(corpus, task.samples, task.lengths)
+        model.task_loss(inputs, targets, cu_seqlens, task.loss_weights,
+                        dcp.torch.task_groups(task), task.recompute).backward()
+        model.zero_grad(set_to_none=True)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+    return rehearse
+
+
 def train_dcp(args, model, optimizer, corpus, on_step):
     rank, world = dist.get_rank(), dist.get_world_size()
-    client = dcp.Client(args.scheduler, rank=rank, world_size=world)
+    client = dcp.Client(args.scheduler, rank=rank, world_size=world, profile=args.profile)
     for step in client.steps():
         seconds = []
         loss_sum = 0.0
@@ -175,6 +190,10 @@ def parse_args(argv):
     parser.add_argument("--device", default="cpu",
                         help="cpu, or cuda (rank r on GPU r %% devices; "
                              "initialise torch.distributed with nccl)")
+    parser.add_argument("--profile", action="store_true",
+                        help="dcp mode: answer the scheduler's start-up "
+                             "profile (dcp-scheduler --profile_at_start) "
+                             "with this model")
     parser.add_argument("--save_gradients", default="")
     parser.add_argument("--loss_log", default="",
                         help="rank 0 writes one JSON line per step here")
@@ -235,6 +254,7 @@ def main(argv):
             log.write(json.dumps({"step": index, "loss": loss}) + "\n")
             log.flush()
 
+    args.profile = rehearser(model, corpus) if args.profile else None
     loop = train_dcp if args.mode == "dcp" else train_plain
     loop(args, model, optimizer, corpus, on_step)
     if dist.get_rank() == 0:

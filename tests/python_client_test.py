@@ -81,7 +81,7 @@ class Scheduler:
     """A dcp-scheduler process planning the test job on 127.0.0.1:0."""
 
     def __init__(self, workdir, world, steps, window=128, tokens=512,
-                 lengths=LENGTHS, plan_costs=PLAN_COSTS):
+                 lengths=LENGTHS, plan_costs=PLAN_COSTS, extra=()):
         self.log = open(os.path.join(workdir, "scheduler.log"), "w")
         self.process = subprocess.Popen([
             SCHEDULER, "--lengths=" + lengths,
@@ -90,7 +90,7 @@ class Scheduler:
             "--tokens_per_step=%d" % tokens, "--seed=%d" % SEED,
             "--max_steps=%d" % steps, "--listen=127.0.0.1:0",
             "--metrics_listen=127.0.0.1:0",
-        ], stdout=self.log, stderr=subprocess.PIPE, text=True)
+        ] + list(extra), stdout=self.log, stderr=subprocess.PIPE, text=True)
         # The scheduler says where it listens once it serves: a thread
         # copies its output to the log and notifies that line (or the
         # output's end, when the scheduler exits first).
@@ -130,7 +130,7 @@ class Scheduler:
         self.log.close()
 
 
-def run_ranks(workdir, scheduler, model=MODEL):
+def run_ranks(workdir, scheduler, model=MODEL, extra=()):
     """examples/train.py --mode=dcp as WORLD rank processes, each writing
     its first step's gradients to workdir/rank<R>.json."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1",
@@ -144,7 +144,8 @@ def run_ranks(workdir, scheduler, model=MODEL):
             "--mode=dcp", "--scheduler=" + scheduler.address,
             "--model_config=" + model, "--seed=%d" % SEED,
             "--dtype=float64", "--save_gradients=" + workdir,
-        ], env=dict(env, RANK=str(r)), stdout=log, stderr=subprocess.STDOUT),
+        ] + list(extra), env=dict(env, RANK=str(r)), stdout=log,
+            stderr=subprocess.STDOUT),
             log))
     deadline = time.monotonic() + DEADLINE_S
     failures = []
@@ -218,15 +219,16 @@ dist.destroy_process_group()
 
 class PythonClientTest(unittest.TestCase):
 
-    def run_job(self, scheduler_args, model=MODEL):
+    def run_job(self, scheduler_args, model=MODEL, rank_args=()):
         """Runs the 4-rank job; the ranks' saved first steps and that
         step's tasks (the union of the ranks'), in task order."""
         workdir = tmpdir()
         scheduler = Scheduler(workdir, WORLD, **scheduler_args)
         try:
-            run_ranks(workdir, scheduler, model)
+            run_ranks(workdir, scheduler, model, rank_args)
         finally:
             scheduler.kill()
+        self.scheduler_log = read(scheduler.log.name)
         saved = []
         for r in range(WORLD):
             with open(os.path.join(workdir, "rank%d.json" % r)) as f:
@@ -303,6 +305,27 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn((WORLD, heads), shapes,
                       "no task of %d ranks with u = %d: %s" % (
                           WORLD, heads, tasks))
+        self.expect_one_process_and_cpp_gradients(workdir, saved, tasks,
+                                                  MODEL_2_HEADS)
+
+    def test_the_ranks_answer_the_profile_and_keep_the_gradients(self):
+        """The ranks time the scheduler's start-up profile with their own
+        model (train.py --profile) on real groups, rings among them, and
+        the first step's gradients are still one process's."""
+        workdir, saved, tasks = self.run_job(
+            {"steps": 1, "window": 1024, "tokens": 1024,
+             "lengths": LONG_LENGTHS, "plan_costs": PLAN_COSTS_2_HEADS,
+             "extra": ["--profile_at_start",
+                       "--profile_timeout=%ds" % DEADLINE_S]},
+            MODEL_2_HEADS, rank_args=["--profile"])
+        # 2 heads, 4 ranks in a node: shapes (1, 1), (2, 2), (2, 1) and
+        # (4, 2); lengths 256 and 1024 (to the window), recompute 0 and 1;
+        # a group's first rank reports its points: 4 + 2 + 2 + 1 reporters.
+        entries = (4 + 2 + 2 + 1) * 2 * 2
+        log = self.scheduler_log
+        profiled = log.find("profile done: 4 ranks answered, %d " % entries)
+        self.assertNotEqual(profiled, -1, log[-4000:])
+        self.assertLess(profiled, log.find(" step 0 ("), log[-4000:])
         self.expect_one_process_and_cpp_gradients(workdir, saved, tasks,
                                                   MODEL_2_HEADS)
 

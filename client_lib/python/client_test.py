@@ -32,6 +32,7 @@ sys.path.insert(0, HERE)
 
 import dcp  # noqa: E402
 from dcp import _messages as pb  # noqa: E402
+from dcp import _profile  # noqa: E402
 from dcp import _rpc  # noqa: E402
 
 SCHEDULER = os.path.join(ROOT, "scheduler", "server", "dcp-scheduler")
@@ -133,6 +134,33 @@ class Job(unittest.TestCase):
         self.children.append(s)
         return s
 
+    def two_ranks(self, address, options=lambda r: {}):
+        """Ranks 0 and 1 of a 2-rank job in threads, each a dcp.Client
+        (with ``options(rank)`` added) that runs the job to its drain,
+        reporting every step; the dcp.Steps each got."""
+        results, errors = {}, []
+
+        def rank(r):
+            try:
+                with dcp.Client(address, rank=r, world_size=2,
+                                step_timeout=PATIENCE_S,
+                                **options(r)) as client:
+                    steps = []
+                    for step in client.steps():
+                        steps.append(step)
+                        client.report_step(step, [1e-3] * len(step.tasks))
+                    results[r] = steps
+            except Exception as e:  # noqa: BLE001 - reported below.
+                errors.append((r, e))
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(PATIENCE_S * 2)
+        self.assertEqual(errors, [])
+        return results
+
     def run_to_drain(self, client, seen):
         for step in client.steps():
             seen.append(step.step)
@@ -187,26 +215,7 @@ class InProcessTest(Job):
 
     def test_two_ranks_share_the_steps(self):
         s = self.scheduler(world=2, steps=3)
-        results, errors = {}, []
-
-        def rank(r):
-            try:
-                with dcp.Client(s.address, rank=r, world_size=2,
-                                step_timeout=PATIENCE_S) as client:
-                    steps = []
-                    for step in client.steps():
-                        steps.append(step)
-                        client.report_step(step, [1e-3] * len(step.tasks))
-                    results[r] = steps
-            except Exception as e:  # noqa: BLE001 - reported below.
-                errors.append((r, e))
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(PATIENCE_S * 2)
-        self.assertEqual(errors, [])
+        results = self.two_ranks(s.address)
         self.assertEqual([st.step for st in results[0]], [0, 1, 2])
         self.assertEqual([st.step for st in results[1]], [0, 1, 2])
         for mine, theirs in zip(results[0], results[1]):
@@ -220,6 +229,49 @@ class InProcessTest(Job):
                     self.assertEqual(t.group_ranks, [0, 1])
                     self.assertTrue(t.rendezvous_prefix.startswith(
                         s.status().session_id + "/"))
+
+    def test_the_loop_answers_the_start_up_profile(self):
+        # 4 heads on 2 ranks (one node): shapes (1, 1), (2, 2) and (2, 1),
+        # plain Ulysses and a ring of two (ProfiledDegrees); the window
+        # 128 makes the grid one length, 256, at recompute 0 and 1, two
+        # repetitions each.
+        s = self.scheduler(world=2, steps=2,
+                           extra=["--profile_at_start",
+                                  "--profile_timeout=%ds" % (2 * PATIENCE_S)])
+        shapes = [(1, 1), (2, 2), (2, 1)]
+        calls = {0: [], 1: []}
+
+        def rehearser(r):
+            def rehearse(step):
+                self.assertIsInstance(step, dcp.Step)
+                self.assertEqual(step.step, -1)
+                self.assertEqual(len(step.tasks), 1)
+                task = step.tasks[0]
+                self.assertEqual(task.lengths, [256])
+                self.assertEqual(task.loss_weights, [1.0])
+                if len(task.group_ranks) > 1:
+                    self.assertTrue(task.rendezvous_prefix.startswith(
+                        s.status().session_id + "/e0/profile/"))
+                calls[r].append((len(task.group_ranks), task.ulysses,
+                                 task.recompute))
+            return {"profile": rehearse}
+
+        results = self.two_ranks(s.address, rehearser)
+        self.assertEqual({r: [st.step for st in steps]
+                          for r, steps in results.items()},
+                         {0: [0, 1], 1: [0, 1]})
+        # Every rank runs every point, in the request's order, twice.
+        expected = [(p, u, r) for p, u in shapes for r in (0.0, 1.0)
+                    for _ in range(2)]
+        self.assertEqual(calls[0], expected)
+        self.assertEqual(calls[1], expected)
+        # Each rank reports its points alone; a group's first rank (0)
+        # reports the group's: 2 + 2 + 2 x 2 entries, before step 0.
+        entries = 2 * 2 + 2 * 2
+        log = read(s.log_path)
+        profiled = log.find("profile done: 2 ranks answered, %d " % entries)
+        self.assertNotEqual(profiled, -1, log)
+        self.assertLess(profiled, log.find(" step 0 ("), log)
 
     def test_the_scheduler_killed_is_a_clear_error(self):
         s = self.scheduler(steps=1000)
@@ -516,6 +568,11 @@ class BadInputTest(Job):
                            agent_socket="/tmp/x.sock", rank=-1)
         self.assertRefused(bad, "takes no TLS", agent_socket="/tmp/x.sock",
                            rank=0, job_id="a")
+        self.assertRefused(bad, "profile must be a callable", local, rank=0,
+                           profile="yes")
+        self.assertRefused(bad, "dcp-agent answers the scheduler's profile",
+                           agent_socket="/tmp/x.sock", rank=0,
+                           profile=lambda step: None)
         # Security options, refused before anything is sent.
         self.assertRefused(bad, "refusing to connect in plaintext to "
                            "'10.1.2.3:50051'.*tls_ca=", "10.1.2.3:50051",
@@ -541,6 +598,27 @@ class BadInputTest(Job):
             f.write("not a certificate\n")
         self.assertRefused(bad, "tls_ca: '.*' holds no PEM certificate",
                            local, rank=0, tls_ca=not_pem)
+
+    def test_a_malformed_profile_request_names_the_shape(self):
+        request = pb.ProfileRequest(lengths=[256], group_sizes=[1, 2],
+                                    ulysses=[1], recompute=[0.0])
+        with self.assertRaisesRegex(dcp.Error, "1 Ulysses degrees for 2 "
+                                    "group sizes"):
+            _profile.run(request, 0, lambda step: None)
+        request = pb.ProfileRequest(lengths=[256], group_sizes=[1, 4],
+                                    ulysses=[1, 3], recompute=[0.0])
+        with self.assertRaisesRegex(dcp.Error, r"shape 1 \(group size 4, "
+                                    r"Ulysses degree 3\)"):
+            _profile.run(request, 0, lambda step: None)
+        # A size with no group holding the rank: refused before any point
+        # runs (its peers would wait on it in a collective).
+        request = pb.ProfileRequest(lengths=[256], group_sizes=[1, 2],
+                                    recompute=[0.0])
+        ran = []
+        with self.assertRaisesRegex(dcp.Error, "no group of 2 ranks holds "
+                                    "rank 0"):
+            _profile.run(request, 0, ran.append)
+        self.assertEqual(ran, [])
 
     def test_no_scheduler_is_a_connection_error_with_a_hint(self):
         start = time.monotonic()

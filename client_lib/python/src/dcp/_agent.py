@@ -158,9 +158,12 @@ class StepMailbox:
     """The steps between the reader and the training loop
     (worker_agent/step_mailbox.h). Thread-safe; one producer."""
 
-    def __init__(self, rank, capacity):
+    def __init__(self, rank, capacity, wants_profile=False):
         self._rank = rank
         self._capacity = capacity
+        self._wants_profile = wants_profile
+        self._profile = None  # A ProfileRequest not yet taken.
+        self._profile_taken = False
         self._cond = threading.Condition()
         self._queue = collections.deque()
         self._last = (-1, -1)  # The newest (epoch, step) put.
@@ -187,6 +190,16 @@ class StepMailbox:
             self._queue.append(step)
             self._cond.notify_all()
             return True
+
+    def put_profile(self, request):
+        """Holds the scheduler's ProfileRequest for the training loop, the
+        first one only (the stream sends it again after a reconnection
+        while the stage waits); dropped unless the loop answers profiles."""
+        with self._cond:
+            if not self._wants_profile or self._profile_taken:
+                return
+            self._profile = request
+            self._cond.notify_all()
 
     def drain(self):
         with self._cond:
@@ -217,6 +230,8 @@ class StepMailbox:
     def _answerable(self, after_step):
         if self._closed or self._drained or self._failure is not None:
             return True
+        if self._profile is not None:
+            return True
         if self._delivered is not None and self._delivered.step > after_step:
             return True
         return bool(self._queue) and self._queue[-1].step > after_step
@@ -226,6 +241,10 @@ class StepMailbox:
         failure; None when nothing is known yet."""
         if self._closed:
             raise shut_down_error()
+        if self._profile is not None:
+            request, self._profile = self._profile, None
+            self._profile_taken = True
+            return False, request
         while self._queue and self._queue[0].step <= after_step:
             self._queue.popleft()
             self._cond.notify_all()
@@ -243,7 +262,9 @@ class StepMailbox:
 
     def next_step(self, after_step, timeout):
         """The first step after ``after_step`` as (drained, RankStep),
-        waiting up to ``timeout`` seconds (DEADLINE_EXCEEDED)."""
+        waiting up to ``timeout`` seconds (DEADLINE_EXCEEDED); a
+        ProfileRequest held by ``put_profile`` comes first, once, as
+        (False, ProfileRequest)."""
         with self._cond:
             self._cond.wait_for(lambda: self._answerable(after_step),
                                 max(timeout, 0))
@@ -414,8 +435,13 @@ class PlanReader:
             self._mailbox.put(step)
         elif which == "drain":
             self._mailbox.drain()
-        # A profile request is ignored, as by an agent without a profile
-        # runner: the scheduler plans without this rank's profile.
+        elif which == "profile":
+            # Answered by the training loop when it runs profiles; ignored
+            # otherwise, as by an agent without a profile runner: the
+            # scheduler then plans without this rank's profile.
+            request = pb.ProfileRequest()
+            request.CopyFrom(update.profile)
+            self._mailbox.put_profile(request)
 
 
 def report(stub, metadata, registration, report_message, rpc_timeout,

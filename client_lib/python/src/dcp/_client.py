@@ -3,6 +3,7 @@
 
 import math
 import operator
+import sys
 import threading
 import time
 
@@ -10,6 +11,7 @@ import grpc
 
 from dcp import _agent
 from dcp import _messages as pb
+from dcp import _profile
 from dcp import _rpc
 from dcp._errors import Error, invalid
 
@@ -148,7 +150,7 @@ class _InProcess:
 
     def __init__(self, scheduler, rank, world_size, connect_timeout,
                  rpc_timeout, security, max_reconnect_attempts, max_outage,
-                 prefetch_depth=4):
+                 wants_profile, prefetch_depth=4):
         self.rank = rank
         self._rpc_timeout = rpc_timeout
         self._security = security
@@ -159,7 +161,8 @@ class _InProcess:
             self._stub = _rpc.SchedulerStub(self._channel)
             self._registration = _agent.Registration(
                 self._stub, self._metadata, scheduler, rank, world_size)
-            self._mailbox = _agent.StepMailbox(rank, prefetch_depth)
+            self._mailbox = _agent.StepMailbox(rank, prefetch_depth,
+                                               wants_profile)
             try:
                 hello = self._registration.register(connect_timeout,
                                                     wait_for_ready=True)
@@ -184,6 +187,13 @@ class _InProcess:
     def report(self, message):
         _agent.report(self._stub, self._metadata, self._registration, message,
                       self._rpc_timeout, self._cancelled)
+
+    def report_profile(self, message):
+        try:
+            self._stub.ReportProfile(message, timeout=self._rpc_timeout,
+                                     metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _rpc.from_rpc_error(e) from None
 
     def close(self):
         self._cancelled.set()
@@ -288,6 +298,21 @@ class Client:
     bounds each unary call (Register again, ReportTimings; in sidecar mode
     also the wait for the agent's socket).
 
+    In-process, ``profile`` lets the training loop answer the scheduler's
+    start-up profile (``dcp-scheduler --profile_at_start``) with its own
+    model: a callable that runs one forward and backward of the one-task
+    ``dcp.Step`` it is given (``step.step`` is -1) and leaves the weights
+    and gradients as they were. When the request comes, ``next_step`` calls
+    it for every point of the request's grid this rank measures (the same
+    points, in the same order, on every rank: each task's group forms as a
+    planned one's does), times each over the request's repetitions and
+    reports the medians, before it returns step 0. A request this rank
+    cannot run (checked before any point) or a report the scheduler refuses
+    is written to stderr and the job goes on: the scheduler plans with what
+    it has once its --profile_timeout passes. Without ``profile`` the
+    request is ignored. In sidecar mode the dcp-agent answers it
+    (INVALID_ARGUMENT).
+
     Thread-compatible: one training loop calls it.
     """
 
@@ -295,8 +320,13 @@ class Client:
                  agent_socket=None, step_timeout=600.0, connect_timeout=30.0,
                  rpc_timeout=30.0, tls_ca=None, tls_cert=None, tls_key=None,
                  tls_server_name=None, auth_token_file=None, job_id=None,
-                 insecure=False, max_reconnect_attempts=8, max_outage=600.0):
+                 insecure=False, max_reconnect_attempts=8, max_outage=600.0,
+                 profile=None):
         self._impl = None
+        if profile is not None and not callable(profile):
+            raise invalid("profile must be a callable taking a dcp.Step, "
+                          "not %s" % type(profile).__name__)
+        self._profile = profile
         self._step_timeout = _seconds(step_timeout, "step_timeout")
         rpc_timeout = _seconds(rpc_timeout, "rpc_timeout")
         rank = _integer(rank, "rank")
@@ -315,6 +345,9 @@ class Client:
                 raise invalid("agent_socket= takes no TLS, token or job "
                               "options: the Unix socket is local, and the "
                               "dcp-agent holds the scheduler's credentials")
+            if profile is not None:
+                raise invalid("agent_socket= takes no profile: the dcp-agent "
+                              "answers the scheduler's profile itself")
             self._impl = _Sidecar(str(agent_socket), rank, rpc_timeout)
             return
         if not scheduler:
@@ -341,7 +374,8 @@ class Client:
             raise invalid("agent options: max_outage must be >= 0 seconds")
         self._impl = _InProcess(str(scheduler), rank, world_size,
                                 connect_timeout, rpc_timeout, security,
-                                max_reconnect_attempts, max_outage)
+                                max_reconnect_attempts, max_outage,
+                                profile is not None)
 
     def _live(self):
         if self._impl is None:
@@ -354,10 +388,24 @@ class Client:
             # The end stays the end, also once a sidecar agent exited.
             return True, None
         drained, plan = impl.fetch(self._last_step, timeout)
+        if isinstance(plan, pb.ProfileRequest):
+            self._answer_profile(impl, plan)
+            # The wait for the step starts again: the profile was work.
+            drained, plan = impl.fetch(self._last_step, timeout)
         self._drained = drained
         if not drained:
             self._fetched_epoch = max(self._fetched_epoch, plan.epoch)
         return drained, plan
+
+    def _answer_profile(self, impl, request):
+        try:
+            report = _profile.run(request, impl.rank, self._profile)
+            impl.report_profile(report)
+        except Error as e:
+            sys.stderr.write("dcp: rank %d: not answering the scheduler's "
+                             "profile (it plans without this rank's once its "
+                             "--profile_timeout passes): %s\n"
+                             % (impl.rank, e))
 
     def _take(self, drained, plan):
         if drained:

@@ -36,10 +36,11 @@ DESCRIPTOR_SET = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 _NAMES = (
     # proto/plan.proto
     "Task", "CommGroup", "RankStep", "TaskTiming", "TimingReport",
+    "ProfileEntry", "Profile",
     # proto/scheduler_service.proto
     "RegisterRequest", "RegisterResponse", "StreamPlansRequest",
     "PlanUpdate", "Drained", "ReportAck", "StatusRequest", "StatusResponse",
-    "DrainRequest", "DrainResponse",
+    "DrainRequest", "DrainResponse", "ProfileRequest", "ProfileReport",
     # proto/agent_service.proto
     "NextStepRequest", "NextStepResponse", "AgentAck",
 )

@@ -265,6 +265,7 @@ SCHEDULER_METHODS = {
     "Register": UNARY,
     "StreamPlans": SERVER_STREAMING,
     "ReportTimings": UNARY,
+    "ReportProfile": UNARY,
     "GetStatus": UNARY,
     "Drain": UNARY,
 }
@@ -291,8 +292,8 @@ def _bind(channel, service_name, methods):
 
 class SchedulerStub:
     """dcp.v1.Scheduler's calls a client makes (proto/scheduler_service.proto):
-    ``Register``, ``StreamPlans``, ``ReportTimings``, ``GetStatus``,
-    ``Drain``, each a grpc multi-callable."""
+    ``Register``, ``StreamPlans``, ``ReportTimings``, ``ReportProfile``,
+    ``GetStatus``, ``Drain``, each a grpc multi-callable."""
 
     def __init__(self, channel):
         for name, call in _bind(channel, "Scheduler",
