@@ -24,8 +24,10 @@
 #      tools/device/profile_sample.csv when there is none);
 #   4. a dcp job: the bundle's dcp-scheduler and examples/train.py in dcp
 #      mode on one GPU (NCCL, bfloat16, a 1.1B model, sequences to 64K
-#      tokens, 40 steps), the cost model's out-of-sample errors from
-#      dcp-ctl's status (without torch.cuda a tiny CPU job instead);
+#      tokens, 40 steps), the scheduler's start-up profile answered by the
+#      trainer's own model (--profile_at_start, train.py --profile), the
+#      cost model's out-of-sample errors from dcp-ctl's status (without
+#      torch.cuda a tiny CPU job instead);
 #   5. the plan-delivery benchmark with the host's cores, paced at 10 steps/s
 #      and flat out (goal: a step delivered to 1,024 agents within 5 ms at
 #      p99, and 10 steps/s).
@@ -309,6 +311,7 @@ else
   rm -f "${out}/job.port"
   "${bundle}/run.sh" "${schedulers[0]}" --lengths=data/lengths/longctx_wlb.txt \
     "${job_args[@]}" --world_size=1 --max_steps="${job_steps}" \
+    --profile_at_start --profile_timeout=600s \
     --listen=127.0.0.1:0 --port_file="${out}/job.port" --metrics_listen= \
     > "${out}/job_scheduler.log" 2>&1 &
   scheduler_pid=$!
@@ -326,7 +329,7 @@ else
     PYTHONPATH="${PWD}/client_lib/python/src" PYTHONUNBUFFERED=1 \
       bounded "${python}" examples/train.py --mode=dcp \
       --scheduler="${address}" "${job_args[0]}" "${train_args[@]}" \
-      --local_world=1 --loss_log="${out}/job_loss.jsonl" \
+      --profile --local_world=1 --loss_log="${out}/job_loss.jsonl" \
       > "${out}/job_train.log" 2>&1
     rc=$?
     tail -n 3 "${out}/job_train.log"
