@@ -16,7 +16,9 @@
 #      whether every bundled binary finds its libraries here;
 #   2. the CUDA layout kernels: their GPU tests against the CPU references and
 #      their bandwidth benchmark (without a GPU the tests list their cases
-#      and the benchmark says it has no GPU: they start);
+#      and the benchmark says it has no GPU: they start), and beside it the
+#      torch ops dcp.torch uses for the same layout changes
+#      (tools/device/layout_torch_benchmark.py, with torch.cuda);
 #   3. forward+backward of examples/model.py on the GPU over a grid of
 #      (length, recompute), timed into a profile table
 #      (tools/device/profile_model.py; on a torch without CUDA a short CPU
@@ -207,6 +209,14 @@ else
     echo "--- ${name}"
     bounded "${bundle}/run.sh" "${name}" || { rc=$?; failed+=" ${name}"; }
   done
+  if ((torch_cuda)); then
+    # The torch ops dcp.torch runs instead, as fractions of a device copy
+    # like the kernels': whether the kernels earn a place on the training
+    # path.
+    echo "--- dcp.torch's layout ops (tools/device/layout_torch_benchmark.py)"
+    bounded "${python}" tools/device/layout_torch_benchmark.py ||
+      { rc=$?; failed+=" layout_torch_benchmark"; }
+  fi
   note="tests: ${kernel_tests[*]:-none}; benchmarks: ${kernel_benchmarks[*]:-none}${counts}${failed:+; failed:${failed}}"
   if ((!have_gpu && rc == 0)); then
     finish skip "no GPU (nvidia-smi lists none): the binaries start (tests listed, benchmark finds no GPU); ${note}"
