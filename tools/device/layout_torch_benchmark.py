@@ -20,9 +20,10 @@ CUDA (and no --device=cpu) it prints a line saying so and exits 0.
 import argparse
 import statistics
 import sys
-import time
 
 import torch
+
+from device_timing import seconds_of
 
 # name, group size p, heads n, head dim d, pack tokens s, dtype: the query
 # shapes of kernels/ulysses_layout_benchmark_main.cc (keys and values are
@@ -47,23 +48,10 @@ def heads_to_seq(x, p):
 
 
 def median_seconds(run, device, iterations, warmup):
-    times = []
-    for i in range(warmup + iterations):
-        if device == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            stop.record()
-            stop.synchronize()
-            seconds = start.elapsed_time(stop) * 1e-3
-        else:
-            begin = time.perf_counter()
-            run()
-            seconds = time.perf_counter() - begin
-        if i >= warmup:
-            times.append(seconds)
-    return statistics.median(times)
+    for _ in range(warmup):
+        run()
+    return statistics.median(seconds_of(run, device == "cuda")
+                             for _ in range(iterations))
 
 
 def main(argv):

@@ -31,6 +31,8 @@ import statistics
 import sys
 import time
 
+from device_timing import seconds_of
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 HEADER = "length,group_size,recompute,intra_node,seconds,memory_bytes"
@@ -113,20 +115,7 @@ class Profiler:
         for _ in range(self.warmup):
             step()
         self._sync()
-        times = []
-        for _ in range(self.iters):
-            if self.cuda:
-                begin = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                begin.record()
-                step()
-                end.record()
-                end.synchronize()
-                times.append(begin.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - t0)
+        times = [seconds_of(step, self.cuda) for _ in range(self.iters)]
         memory = 0
         if self.cuda:
             self.model.zero_grad(set_to_none=True)
