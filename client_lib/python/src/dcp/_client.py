@@ -399,7 +399,9 @@ class Client:
 
     def _answer_profile(self, impl, request):
         try:
-            report = _profile.run(request, impl.rank, self._profile)
+            # Each point's RankStep becomes a Step as a planned one does.
+            report = _profile.run(request, impl.rank, self._profile,
+                                  resolve=_resolve)
             impl.report_profile(report)
         except Error as e:
             sys.stderr.write("dcp: rank %d: not answering the scheduler's "

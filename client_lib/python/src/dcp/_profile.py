@@ -60,26 +60,29 @@ def _group_of(request, p, rank):
 
 
 def _probe(request, group, u, length, recompute, sample, rank):
-    """The one-task Step a point runs, made like a planned one."""
-    from dcp._client import Step, Task  # which imports this module
-    task = Task()
-    task._set(task_index=0, micro_step=0, samples=[sample], lengths=[length],
-              loss_weights=[1.0], recompute=recompute,
-              group_ranks=list(group.ranks) if group else [rank],
-              rendezvous_prefix=group.rendezvous_prefix if group else "",
-              ulysses=u)
-    step = Step()
-    step._set(step=-1, epoch=request.epoch, total_tokens=length, tasks=[task],
-              drained=False, world_ranks=[], abandoned_from=-1, plan=b"")
-    return step
+    """The one-task RankStep a point runs, made like a planned one (the
+    C++ agent's ModelExecutor::ProfilePoint makes the same)."""
+    plan = pb.RankStep(epoch=request.epoch, step=-1, rank=rank,
+                       total_tokens=length)
+    task = plan.tasks.add(task_index=0, samples=[sample], lengths=[length],
+                          recompute=recompute, ulysses=u)
+    if group is None:
+        task.ranks.append(rank)
+    else:
+        task.group_id = group.id
+        task.ranks.extend(group.ranks)
+        plan.groups.add().CopyFrom(group)
+    return plan
 
 
-def run(request, rank, rehearse, clock=time.perf_counter):
+def run(request, rank, rehearse, resolve=lambda plan: plan,
+        clock=time.perf_counter):
     """The ProfileReport of ``rank``: for each shape (in order), on the
     request's group of its size holding ``rank`` (alone for 1), for each
     length and then each recompute ratio that `measured` keeps, the
-    median over the request's repetitions of the seconds ``rehearse(step)``
-    took on the point's one-task Step. Only a group's first rank reports
+    median over the request's repetitions of the seconds
+    ``rehearse(resolve(plan))`` took, ``plan`` the point's one-task
+    RankStep (``resolve`` runs before the clock starts). Only a group's first rank reports
     the group's points (every rank for size 1); memory is not measured
     (0). INVALID_ARGUMENT for malformed shapes or a size no group of which
     holds ``rank``."""
@@ -102,8 +105,8 @@ def run(request, rank, rehearse, clock=time.perf_counter):
             for i, recompute in enumerate(request.recompute):
                 if not measured(request, length, shape, i):
                     continue
-                step = _probe(request, group, u, length, recompute, sample,
-                              rank)
+                step = resolve(_probe(request, group, u, length,
+                                      recompute, sample, rank))
                 sample += 1
                 seconds = []
                 for _ in range(max(1, request.repetitions)):
