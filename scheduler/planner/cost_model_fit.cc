@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,8 +30,8 @@ namespace {
 // would trade off freely, so it is fitted only from observations that hold
 // a ring, or where the model has no half at all (`BuildRelativeSystem`).
 constexpr int kNumTimeCoefficients = 13;
-constexpr int kLin = 0, kLinHalf = 1, kAttn = 2, kRingFirst = 7,
-              kRingEnd = 11, kAttnHalf = 12;
+constexpr int kLin = 0, kLinHalf = 1, kAttn = 2, kA2aFirst = 3,
+              kRingFirst = 7, kRingEnd = 11, kAttnHalf = 12;
 using TimeVector = std::array<double, kNumTimeCoefficients>;
 
 TimeVector TimeValues(const CostModel::Coefficients& c) {
@@ -373,11 +372,6 @@ RelativeSystem BuildRelativeSystem(
   return s;
 }
 
-// The all-to-all and ring terms of one link (intra- or inter-node), byte
-// with byte and fixed with fixed: (all-to-all, ring) indices of TimeVector.
-constexpr std::array<std::pair<int, int>, 4> kLinkTerms = {
-    {{3, 7}, {4, 8}, {5, 9}, {6, 10}}};
-
 // A term no observation exercises (its column all zero, in this form) moves
 // by the factor its link's other collective moved, when that one is
 // exercised: both cross the same wires, and a data sheet prices both from
@@ -389,7 +383,11 @@ void FollowTheLink(const RelativeSystem& s, TimeVector& delta) {
     return std::any_of(s.a.begin(), s.a.end(),
                        [j](const TimeVector& row) { return row[j] != 0; });
   };
-  for (const auto& [a2a, ring] : kLinkTerms) {
+  // The all-to-all terms stand in TimeVector in the ring's order (byte
+  // and fixed, intra- then inter-node): term i of one is its link's twin
+  // of term i of the other.
+  for (int i = 0; i < kRingEnd - kRingFirst; ++i) {
+    const int a2a = kA2aFirst + i, ring = kRingFirst + i;
     const bool a2a_seen = exercised(a2a), ring_seen = exercised(ring);
     if (!a2a_seen && ring_seen) delta[a2a] = delta[ring];
     if (a2a_seen && !ring_seen) delta[ring] = delta[a2a];
