@@ -4,11 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler_service.pb.h"
 
 namespace dcp {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr int64_t kCapAtNoRecompute = 1000;
 constexpr int64_t kCapAtFullRecompute = 3000;
@@ -98,30 +102,25 @@ TEST(ProfilePointTest, ShapesTakeOneDegreeEachSize) {
 }
 
 TEST(ProfilePointTest, BadShapesAreNamed) {
+  const auto message = [](const v1::ProfileRequest& request, int heads) {
+    return std::string(ProfileShapes(request, heads).status().message());
+  };
   v1::ProfileRequest one_short = Request();
   one_short.add_ulysses(1);
-  EXPECT_NE(ProfileShapes(one_short, 4).status().message().find(
-                "1 Ulysses degrees for 3 group sizes"),
-            std::string::npos);
+  EXPECT_THAT(message(one_short, 4),
+              HasSubstr("1 Ulysses degrees for 3 group sizes"));
   v1::ProfileRequest not_dividing = Request();
   for (int u : {1, 3, 2}) not_dividing.add_ulysses(u);
-  const absl::Status size = ProfileShapes(not_dividing, 12).status();
-  EXPECT_NE(size.message().find("shape 1 (group size 4, Ulysses degree 3)"),
-            std::string::npos)
-      << size;
-  EXPECT_NE(size.message().find("does not divide the group size"),
-            std::string::npos)
-      << size;
+  EXPECT_THAT(message(not_dividing, 12),
+              AllOf(HasSubstr("shape 1 (group size 4, Ulysses degree 3)"),
+                    HasSubstr("does not divide the group size")));
   v1::ProfileRequest too_many_heads = Request();
   for (int u : {1, 4, 2}) too_many_heads.add_ulysses(u);
-  const absl::Status heads = ProfileShapes(too_many_heads, 2).status();
-  EXPECT_NE(heads.message().find("does not divide the 2 heads"),
-            std::string::npos)
-      << heads;
+  EXPECT_THAT(message(too_many_heads, 2),
+              HasSubstr("does not divide the 2 heads"));
   v1::ProfileRequest zero = Request();
   zero.set_group_sizes(0, 0);
-  EXPECT_NE(ProfileShapes(zero, 4).status().message().find("not positive"),
-            std::string::npos);
+  EXPECT_THAT(message(zero, 4), HasSubstr("not positive"));
 }
 
 }  // namespace
